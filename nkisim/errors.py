@@ -1,0 +1,110 @@
+"""Errors raised for illegal kernels, and the kernel source locations they point at.
+
+Every error about a kernel is a :class:`KernelError`. Its message starts with the
+``file:line:`` of the kernel statement that caused it, then names the instruction,
+the engine and target, the operand and the rule that was broken::
+
+    kernel.py:17: nisa.tensor_tensor [Vector, trn1]: data1 partition dim 256 exceeds 128
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoc:
+    """A position in the kernel's own source code."""
+
+    file: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+
+UNKNOWN_LOC = SourceLoc("<unknown>", 0)
+
+
+def user_location(skip: int = 1) -> SourceLoc:
+    """The innermost stack frame that is not part of nkisim itself."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR):
+            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back  # type: ignore[assignment]
+    return UNKNOWN_LOC
+
+
+class KernelError(Exception):
+    """Base of every error about a kernel: illegal operands, memory, capacity, bounds.
+
+    Attributes:
+        loc: where in the kernel the error was raised.
+        instruction: the NKI name of the call, e.g. ``nisa.tensor_tensor``.
+        engine: the engine the instruction runs on, if known.
+        target: the hardware generation name, if known.
+        operand: the argument name the rule is about, if any.
+        rule: the human-readable rule that was broken.
+    """
+
+    def __init__(
+        self,
+        rule: str,
+        *,
+        loc: SourceLoc | None = None,
+        instruction: str = "",
+        engine: str = "",
+        target: str = "",
+        operand: str = "",
+    ) -> None:
+        self.loc = loc if loc is not None else user_location(2)
+        self.instruction = instruction
+        self.engine = engine
+        self.target = target
+        self.operand = operand
+        self.rule = rule
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        parts = [f"{self.loc}:"]
+        if self.instruction:
+            where = ", ".join(x for x in (self.engine, self.target) if x)
+            parts.append(f"{self.instruction} [{where}]:" if where else f"{self.instruction}:")
+        text = f"{self.operand} {self.rule}" if self.operand else self.rule
+        parts.append(text)
+        return " ".join(parts)
+
+
+class OperandError(KernelError):
+    """An operand has the wrong type, a bad value, or a misspelled or missing argument."""
+
+
+class ShapeError(KernelError):
+    """Shapes or element counts of operands do not fit the instruction's rules."""
+
+
+class DtypeError(KernelError):
+    """An operand's data type is not allowed for this instruction."""
+
+
+class MemoryKindError(KernelError):
+    """An operand lives in a memory (HBM, SBUF, PSUM) the instruction cannot access."""
+
+
+class BoundsError(KernelError, IndexError):
+    """An index or slice reaches outside the tensor it is applied to."""
+
+
+class CapacityError(KernelError, MemoryError):
+    """An on-chip memory (SBUF or PSUM) has no room for a new allocation."""
+
+
+class TargetError(KernelError):
+    """The kernel uses something the chosen hardware generation does not have."""

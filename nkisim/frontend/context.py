@@ -1,0 +1,127 @@
+"""The running kernel: its memories, engines and timeline, and how one call becomes an instruction."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+from pydantic import ValidationError
+
+from nkisim.errors import KernelError, OperandError, SourceLoc, TargetError
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
+from nkisim.isa.common import check_common
+from nkisim.memory import MemorySystem
+from nkisim.sim import Scheduler
+
+
+class ExecutionError(KernelError):
+    """An instruction failed while computing its result (a bug report is welcome)."""
+
+
+class KernelContext:
+    """Everything one kernel run owns: memories, engine state and the scheduler.
+
+    Attributes:
+        compute: when False, only the timeline is built (shapes and dtypes are enough).
+    """
+
+    def __init__(self, hw: HwConfig, compute: bool = True, program_id: int = 0, num_programs: int = 1) -> None:
+        self.hw = hw
+        self.compute = compute
+        self.memory = MemorySystem(hw, poison=compute)
+        self.state = EngineState(hw.sbuf.partitions, hw.nc_version)
+        self.scheduler = Scheduler(hw)
+        self.program_id = program_id
+        self.num_programs = num_programs
+
+    def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
+        """Validate, execute and schedule one ``nisa.<name>`` call."""
+        spec = REGISTRY[name]
+        try:
+            ops = spec.operands(**kwargs)
+        except ValidationError as exc:
+            raise _operand_error(spec, self.hw, loc, exc) from None
+        engine = self._engine(spec, ops, loc)
+        chk = Check(spec.name, engine, self.hw, loc)
+        if self.hw.nc_version < spec.min_nc_version:
+            chk.fail(TargetError, "", f"needs NeuronCore-v{spec.min_nc_version} or newer")
+        check_common(ops, chk)
+        if spec.validate is not None:
+            spec.validate(ops, chk)
+        if self.compute:
+            try:
+                spec.semantics(ops, self.state)
+            except KernelError:
+                raise
+            except Exception as exc:  # a bug in nkisim, reported at the kernel's line
+                raise ExecutionError(
+                    f"failed: {type(exc).__name__}: {exc}",
+                    loc=loc,
+                    instruction=f"nisa.{name}",
+                    engine=engine.title,
+                    target=self.hw.name,
+                ) from exc
+        reads, writes = ops.accessed()
+        self.scheduler.schedule(
+            name,
+            engine,
+            spec.cost(ops, self.hw, engine),
+            [t.region for _, t in reads],
+            [t.region for _, t in writes],
+            loc,
+        )
+
+    def _engine(self, spec: InstructionSpec, ops: Any, loc: SourceLoc) -> Engine:
+        requested = getattr(ops, "engine", Engine.unknown)
+        if requested is Engine.unknown:
+            return spec.choose_engine(ops, self.hw) if spec.choose_engine else spec.engines[0]
+        if requested not in spec.engines:
+            raise OperandError(
+                f"{requested.title} is not one of this instruction's engines ({spec.engine_names})",
+                loc=loc,
+                instruction=f"nisa.{spec.name}",
+                target=self.hw.name,
+                operand="engine",
+            )
+        return requested
+
+
+def _operand_error(spec: InstructionSpec, hw: HwConfig, loc: SourceLoc, exc: ValidationError) -> OperandError:
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "extra_forbidden":
+        rule = "is not an argument of this instruction"
+    elif err["type"] == "missing":
+        rule = "is a required argument"
+    else:
+        rule = f"got {type(err.get('input')).__name__} {_short(err.get('input'))}: {err['msg']}"
+    return OperandError(rule, loc=loc, instruction=f"nisa.{spec.name}", target=hw.name, operand=field)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)
+
+
+def current_context() -> KernelContext:
+    """The kernel being run, or a clear error when called outside one."""
+    ctx = _CURRENT.get()
+    if ctx is None:
+        raise KernelError("nki calls only work inside a kernel run by nkisim.run() or a @nki.jit kernel call")
+    return ctx
+
+
+def enter(ctx: KernelContext) -> object:
+    return _CURRENT.set(ctx)
+
+
+def leave(token: object) -> None:
+    _CURRENT.reset(token)  # type: ignore[arg-type]
+
+
+def is_running() -> bool:
+    return _CURRENT.get() is not None

@@ -1,0 +1,66 @@
+"""The ``nki.isa`` functions, made from the registry: same names, argument names and defaults as NKI."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_core import PydanticUndefined
+
+from nkisim.errors import OperandError, user_location
+from nkisim.frontend.context import current_context
+from nkisim.isa import REGISTRY, InstructionSpec
+from nkisim.memory import Tensor, to_dtype
+
+
+def make_stub(spec: InstructionSpec) -> Callable[..., None]:
+    """A function ``nisa.<name>(dst, ..., name=None)`` that emits the instruction into the running kernel."""
+    fields = spec.operands.model_fields
+    order = [f for f in fields if f != "name"] + ["name"]
+    params = [
+        inspect.Parameter(
+            f,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=inspect.Parameter.empty if fields[f].default is PydanticUndefined else fields[f].default,
+        )
+        for f in order
+    ]
+    name = spec.name
+
+    def stub(*args: Any, **kwargs: Any) -> None:
+        loc = user_location()
+        if len(args) > len(order):
+            raise OperandError(f"takes at most {len(order)} positional arguments", loc=loc, instruction=f"nisa.{name}")
+        for fname, value in zip(order, args):
+            if fname in kwargs:
+                raise OperandError(
+                    "is given both by position and by keyword", loc=loc, instruction=f"nisa.{name}", operand=fname
+                )
+            kwargs[fname] = value
+        _drop_redundant_dtype(name, kwargs, loc)
+        current_context().emit(name, kwargs, loc)
+
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = spec.doc
+    stub.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    stub.__module__ = "nkisim.nki.isa"
+    return stub
+
+
+def _drop_redundant_dtype(name: str, kwargs: dict[str, Any], loc: Any) -> None:
+    """Accept NKI 0.1's ``dtype=`` when it agrees with ``dst`` (some 0.2 tutorials still pass it)."""
+    if "dtype" not in kwargs:
+        return
+    dtype = kwargs.pop("dtype")
+    dst = kwargs.get("dst")
+    if dtype is not None and isinstance(dst, Tensor) and to_dtype(dtype) != dst.dtype:
+        raise OperandError(
+            f"{dtype} differs from dst dtype {dst.dtype}; dst decides the output type",
+            loc=loc,
+            instruction=f"nisa.{name}",
+            operand="dtype",
+        )
+
+
+STUBS: dict[str, Callable[..., None]] = {name: make_stub(spec) for name, spec in REGISTRY.items()}

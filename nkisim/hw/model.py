@@ -1,0 +1,169 @@
+"""Hardware generations as frozen, validated records loaded from packaged TOML.
+
+Each generation is a file in ``nkisim/hw/generations/``. Every number that a cost
+formula uses is a field here, with its unit in its name and its public source in a
+comment of the TOML file.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tomllib
+from importlib import resources
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from nkisim.hw.engines import Engine
+
+#: The generation used when neither the kernel nor the environment names one.
+DEFAULT_TARGET = "trn1"
+TARGET_ENV_VAR = "NEURON_PLATFORM_TARGET_OVERRIDE"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OnChipMemoryConfig(_Frozen):
+    """SBUF or PSUM: a 2-D memory of partitions by bytes."""
+
+    partitions: int = Field(gt=0)
+    bytes_per_partition: int = Field(gt=0)
+    alignment_bytes: int = Field(gt=0)
+    banks: int = Field(default=1, gt=0)
+
+    @property
+    def bank_bytes(self) -> int:
+        return self.bytes_per_partition // self.banks
+
+
+class HbmConfig(_Frozen):
+    """Device memory visible to one NeuronCore."""
+
+    capacity_bytes: int = Field(gt=0)
+    bandwidth_bytes_per_ns: float = Field(gt=0)
+
+
+class EngineConfig(_Frozen):
+    """A compute engine's clock and its per-instruction cost parameters (engine cycles)."""
+
+    clock_ghz: float = Field(gt=0)
+    min_ii_cycles: int = Field(ge=0)
+    cycles_per_element: float = Field(default=1.0, gt=0)
+    startup_cycles: int = Field(default=0, ge=0)
+    #: Vector: an element-wise op reading two SBUF tiles (not bf16 add/mul/sub) runs at half rate.
+    two_sbuf_inputs_cycles_per_element: float = Field(default=1.0, gt=0)
+    #: Vector: bf16 add/max reductions and memset of zero into 16-bit tiles run at double rate.
+    fast_path_cycles_per_element: float = Field(default=1.0, gt=0)
+
+
+class TensorEngineConfig(_Frozen):
+    """The systolic array and its matmul cost parameters (PE cycles)."""
+
+    clock_ghz: float = Field(gt=0)
+    rows: int = Field(gt=0)
+    columns: int = Field(gt=0)
+    moving_fmax: int = Field(gt=0)
+    matmul_min_ii_cycles: int = Field(ge=0)
+    fp32_cycle_factor: int = Field(gt=0)
+
+
+class DmaConfig(_Frozen):
+    """DMA engines, queues and transfer costs of one NeuronCore."""
+
+    engines: int = Field(gt=0)
+    queues: int = Field(gt=0)
+    bytes_per_ns_per_engine: float = Field(gt=0)
+    fixed_latency_ns: float = Field(ge=0)
+
+    @property
+    def bytes_per_ns(self) -> float:
+        """Aggregate bandwidth when a transfer is spread over every engine."""
+        return self.engines * self.bytes_per_ns_per_engine
+
+
+class SyncConfig(_Frozen):
+    """Cross-engine synchronisation."""
+
+    semaphore_latency_ns: float = Field(ge=0)
+
+
+class HwConfig(_Frozen):
+    """One hardware generation (a NeuronCore version and its memories and engines).
+
+    Attributes:
+        name: canonical target name (``trn1``, ``trn2``, ``trn3``).
+        aliases: other accepted target names (``inf2``, ``gen2``, ...).
+        nc_version: NeuronCore version (2 for trn1/inf2, 3 for trn2, 4 for trn3).
+        reference_clock_ghz: the clock at which profiles count ``total_cycles``.
+    """
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    nc_version: int = Field(ge=2)
+    reference_clock_ghz: float = Field(gt=0)
+    sbuf: OnChipMemoryConfig
+    psum: OnChipMemoryConfig
+    hbm: HbmConfig
+    dma: DmaConfig
+    sync: SyncConfig
+    tensor: TensorEngineConfig
+    vector: EngineConfig
+    scalar: EngineConfig
+    gpsimd: EngineConfig
+    sync_engine: EngineConfig
+
+    @model_validator(mode="after")
+    def _check(self) -> HwConfig:
+        if self.psum.bytes_per_partition % self.psum.banks:
+            raise ValueError("psum bytes_per_partition must be a multiple of banks")
+        if self.sbuf.partitions != self.psum.partitions:
+            raise ValueError("sbuf and psum must have the same number of partitions")
+        return self
+
+    def engine(self, engine: Engine) -> EngineConfig:
+        """The cost parameters of a non-Tensor compute engine."""
+        return _ENGINE_FIELD[engine](self)
+
+    def clock_ghz(self, engine: Engine) -> float:
+        if engine is Engine.tensor:
+            return self.tensor.clock_ghz
+        return self.engine(engine).clock_ghz
+
+
+_ENGINE_FIELD = {
+    Engine.vector: lambda hw: hw.vector,
+    Engine.scalar: lambda hw: hw.scalar,
+    Engine.gpsimd: lambda hw: hw.gpsimd,
+    Engine.sync: lambda hw: hw.sync_engine,
+}
+
+
+@functools.cache
+def _all_generations() -> dict[str, HwConfig]:
+    table: dict[str, HwConfig] = {}
+    folder = resources.files("nkisim.hw") / "generations"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            hw = HwConfig.model_validate(tomllib.loads(entry.read_text()))
+            for key in (hw.name, *hw.aliases):
+                table[key] = hw
+    return table
+
+
+def generation_names() -> list[str]:
+    """Every accepted target name, aliases included."""
+    return sorted(_all_generations())
+
+
+def load_target(target: str | HwConfig | None = None) -> HwConfig:
+    """Resolve a target name (or ``None``: the environment, then the default) to its config."""
+    if isinstance(target, HwConfig):
+        return target
+    name = target or os.environ.get(TARGET_ENV_VAR) or DEFAULT_TARGET
+    table = _all_generations()
+    try:
+        return table[name.strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown target {name!r}; choose one of {', '.join(sorted(table))}") from None

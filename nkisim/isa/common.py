@@ -1,0 +1,125 @@
+"""Checks and numeric helpers shared by the instruction definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError
+from nkisim.hw import Engine
+from nkisim.isa.ops import Op
+from nkisim.isa.spec import Check, Operands
+from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_integer
+
+F32 = np.float32
+
+
+# -- reading and writing --------------------------------------------------------------
+
+
+def f32(t: Tensor) -> np.ndarray:
+    """The tensor's values as float32 (engines cast every input to float32)."""
+    return t.array.astype(F32, copy=False)
+
+
+def per_partition(value: Tensor | float | int, partitions: int) -> np.ndarray | np.float32:
+    """A scalar, or a ``(P, 1)`` tensor as a float32 column that broadcasts along the free dims."""
+    if isinstance(value, Tensor):
+        return f32(value).reshape(partitions, 1)
+    return F32(value)
+
+
+def as_rows(values: np.ndarray, partitions: int) -> np.ndarray:
+    """View values as ``(partitions, elements per partition)``."""
+    return values.reshape(partitions, -1)
+
+
+def write(dst: Tensor, values: np.ndarray) -> None:
+    """Store engine results into ``dst``, casting to its dtype as the engine does on write."""
+    dst.array[...] = cast(np.asarray(values), dst.dtype).reshape(dst.shape)
+
+
+def copy_bits(dst: Tensor, src: Tensor) -> None:
+    """A bit-exact copy between tensors of one dtype and one element count."""
+    dst.array[...] = src.array.reshape(dst.shape)
+
+
+def apply_alu(op: Op, x: np.ndarray, y: np.ndarray | np.float32, reverse: bool) -> np.ndarray:
+    assert op.binary is not None
+    return op.binary(y, x) if reverse else op.binary(x, y)
+
+
+# -- checks ---------------------------------------------------------------------------
+
+
+def check_common(ops: Operands, chk: Check) -> None:
+    """Rules that hold for every instruction: partition limits and which memories an engine reaches."""
+    partitions = chk.hw.sbuf.partitions
+    for fname, t in _tensors(ops):
+        if t.buffer.is_on_chip and t.partitions > partitions:
+            chk.fail(ShapeError, fname, f"partition dim {t.partitions} exceeds {partitions}")
+        if chk.engine is not Engine.dma and not t.buffer.is_on_chip:
+            chk.fail(MemoryKindError, fname, f"must be in SBUF or PSUM, not {t.buffer.value} ({t.name})")
+        if chk.engine is Engine.gpsimd and t.buffer is Buffer.psum:
+            chk.fail(MemoryKindError, fname, f"is in PSUM, which the GpSimd Engine cannot access ({t.name})")
+
+
+def _tensors(ops: Operands) -> list[tuple[str, Tensor]]:
+    reads, writes = ops.accessed()
+    return reads + writes
+
+
+def check_same_partitions(chk: Check, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
+    if a.partitions != b.partitions:
+        chk.fail(ShapeError, b_name, f"partition dim {b.partitions} differs from {a_name} partition dim {a.partitions}")
+
+
+def check_same_layout(chk: Check, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
+    """Same partition dim and same number of elements per partition."""
+    check_same_partitions(chk, a_name, a, b_name, b)
+    if a.free_size != b.free_size:
+        chk.fail(
+            ShapeError,
+            b_name,
+            f"has {b.free_size} elements per partition but {a_name} has {a.free_size}",
+        )
+
+
+def check_in(chk: Check, name: str, t: Tensor, *buffers: Buffer) -> None:
+    if t.buffer not in buffers:
+        allowed = " or ".join(b.value.upper() for b in buffers)
+        chk.fail(MemoryKindError, name, f"must be in {allowed}, not {t.buffer.value.upper()} ({t.name})")
+
+
+def check_not_both_psum(chk: Check, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
+    if a.buffer is Buffer.psum and b.buffer is Buffer.psum:
+        chk.fail(MemoryKindError, f"{a_name} and {b_name}", "must not both be in PSUM")
+
+
+def check_alu(chk: Check, name: str, op: Op) -> None:
+    if not op.is_alu:
+        chk.fail(OperandError, name, f"{op!r} is not an ALU operator")
+
+
+def check_bitvec_dtypes(chk: Check, op_name: str, op: Op, tensors: list[tuple[str, Tensor]]) -> None:
+    """Bitvec operators need integer operands; they act on bit patterns with no cast."""
+    if not op.is_bitvec:
+        return
+    for fname, t in tensors:
+        if not is_integer(t.dtype):
+            chk.fail(
+                DtypeError,
+                fname,
+                f"dtype {dtype_name(t.dtype)} is not an integer type, as bitvec {op!r} ({op_name}) requires",
+            )
+
+
+def check_vector_operand(chk: Check, name: str, value: object, partitions: int) -> None:
+    """A scalar operand, or a tensor of shape ``(partitions, 1)``."""
+    if isinstance(value, Tensor) and (value.partitions != partitions or value.free_size != 1):
+        chk.fail(ShapeError, name, f"shape {list(value.shape)} must be ({partitions}, 1) or a scalar")
+
+
+def free_size_limit(chk: Check, name: str, t: Tensor) -> None:
+    """Elements per partition must fit the physical partition."""
+    if t.free_size * t.itemsize > chk.hw.sbuf.bytes_per_partition:
+        chk.fail(ShapeError, name, f"{t.free_size} elements per partition exceed the SBUF partition size")

@@ -1,0 +1,47 @@
+"""GpSimd Engine instructions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.errors import OperandError, ShapeError
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa.common import check_in, write
+from nkisim.isa.spec import Check, Cost, EngineState, Operands, Out, instruction
+from nkisim.isa.vector import per_element_cost
+from nkisim.memory import Buffer
+
+
+class IotaOps(Operands):
+    dst: Out
+    pattern: list[list[int]] | tuple[tuple[int, int], ...]
+    offset: int
+    channel_multiplier: int = 0
+
+
+def _iota_validate(ops: IotaOps, chk: Check) -> None:
+    check_in(chk, "dst", ops.dst, Buffer.sbuf)
+    if not 1 <= len(ops.pattern) <= 4 or any(len(pair) != 2 for pair in ops.pattern):
+        chk.fail(OperandError, "pattern", "must be 1 to 4 [step, num] pairs")
+    count = int(np.prod([num for _, num in ops.pattern]))
+    if count != ops.dst.free_size:
+        chk.fail(ShapeError, "pattern", f"yields {count} elements per partition but dst has {ops.dst.free_size}")
+
+
+def _iota_cost(ops: IotaOps, hw: HwConfig, engine: Engine) -> Cost:
+    return per_element_cost(engine, hw, ops.dst.free_size)
+
+
+@instruction("iota", IotaOps, engines=(Engine.gpsimd,), cost=_iota_cost, validate=_iota_validate)
+def iota(ops: IotaOps, state: EngineState) -> None:
+    """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` in int32."""
+    p = ops.dst.partitions
+    values = np.full((p, 1), ops.offset, dtype=np.int64) + np.arange(p).reshape(p, 1) * ops.channel_multiplier
+    inner = np.zeros(1, dtype=np.int64)
+    for step, num in ops.pattern:
+        inner = (inner[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    wrapped = (values + inner[None, :]).astype(np.int32)
+    if ops.dst.dtype == np.int32:
+        ops.dst.array[...] = wrapped.reshape(ops.dst.shape)
+    else:
+        write(ops.dst, wrapped.astype(np.float64))

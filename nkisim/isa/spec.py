@@ -1,0 +1,198 @@
+"""The instruction registry: one :class:`InstructionSpec` per NKI instruction.
+
+A spec declares, in one place:
+
+* ``operands``: a pydantic model whose field names and defaults are NKI's arguments.
+  Tensor fields are annotated :data:`In`, :data:`Out` or :data:`InOut`, which tells
+  the scheduler what each instruction reads and writes.
+* ``engines``: the engines it may run on (the first is the default).
+* ``validate``: the documented rules, raising :class:`~nkisim.errors.KernelError`.
+* ``semantics``: pure numpy over the operands' memory views, with no timing.
+* ``cost``: a formula over operand shapes whose every constant comes from ``hw``.
+
+Dispatch is by name through :data:`REGISTRY`, never by ``if`` over names.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Annotated, Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from nkisim.errors import KernelError, SourceLoc
+from nkisim.hw import Engine, HwConfig
+from nkisim.memory import Tensor
+
+
+class Access(Enum):
+    """How an instruction uses a tensor operand."""
+
+    read = "read"
+    write = "write"
+    read_write = "read_write"
+
+
+In = Annotated[Tensor, Access.read]
+Out = Annotated[Tensor, Access.write]
+InOut = Annotated[Tensor, Access.read_write]
+OptIn = Annotated[Tensor | None, Access.read]
+OptOut = Annotated[Tensor | None, Access.write]
+#: A compile-time scalar or a per-partition ``(P, 1)`` tensor.
+ScalarOrIn = Annotated[Tensor | float | int, Access.read]
+OptScalarOrIn = Annotated[Tensor | float | int | None, Access.read]
+
+
+class Operands(BaseModel):
+    """Base of every operand model. Misspelled or extra arguments are rejected."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    name: str | None = None
+    #: (field, access) pairs for the tensor fields, filled in by :func:`instruction`.
+    tensor_fields: ClassVar[tuple[tuple[str, Access], ...]] = ()
+
+    def accessed(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
+        """The tensors read and written, each with its argument name."""
+        reads: list[tuple[str, Tensor]] = []
+        writes: list[tuple[str, Tensor]] = []
+        for fname, access in self.tensor_fields:
+            value = getattr(self, fname)
+            if not isinstance(value, Tensor):
+                continue
+            if access is not Access.write:
+                reads.append((fname, value))
+            if access is not Access.read:
+                writes.append((fname, value))
+        return reads, writes
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What an instruction costs.
+
+    Attributes:
+        busy_ns: how long it occupies its engine or DMA bandwidth (the initiation interval).
+        latency_ns: extra time after that until its results are visible (DMA trigger latency).
+        cycles: the engine cycles behind ``busy_ns``, for reports.
+        bytes: bytes moved by a DMA.
+        flops: floating-point operations done by the Tensor Engine.
+    """
+
+    busy_ns: float
+    latency_ns: float = 0.0
+    cycles: float = 0.0
+    bytes: int = 0
+    flops: float = 0.0
+
+
+def engine_cost(hw: HwConfig, engine: Engine, cycles: float, **extra: Any) -> Cost:
+    """A cost of ``cycles`` at ``engine``'s clock."""
+    return Cost(busy_ns=cycles / hw.clock_ghz(engine), cycles=cycles, **extra)
+
+
+@dataclass
+class EngineState:
+    """State that lives inside engines across instructions (accumulator registers)."""
+
+    partitions: int
+    nc_version: int
+    scalar_reduce_regs: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scalar_reduce_regs = np.zeros(self.partitions, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Check:
+    """Raises errors that name the kernel line, the instruction, the engine and the target."""
+
+    instruction: str
+    engine: Engine
+    hw: HwConfig
+    loc: SourceLoc
+
+    def fail(self, error: type[KernelError], operand: str, rule: str) -> typing.NoReturn:
+        raise error(
+            rule,
+            loc=self.loc,
+            instruction=f"nisa.{self.instruction}",
+            engine=self.engine.title,
+            target=self.hw.name,
+            operand=operand,
+        )
+
+
+Semantics = Callable[[Any, EngineState], None]
+CostFn = Callable[[Any, HwConfig, Engine], Cost]
+Validator = Callable[[Any, Check], None]
+EngineChooser = Callable[[Any, HwConfig], Engine]
+
+
+@dataclass(frozen=True)
+class InstructionSpec:
+    """Everything nkisim knows about one instruction."""
+
+    name: str
+    operands: type[Operands]
+    engines: tuple[Engine, ...]
+    semantics: Semantics
+    cost: CostFn
+    validate: Validator | None = None
+    choose_engine: EngineChooser | None = None
+    #: The first NeuronCore version that has this instruction.
+    min_nc_version: int = 2
+    doc: str = ""
+
+    @property
+    def engine_names(self) -> str:
+        return "/".join(e.title for e in self.engines)
+
+
+REGISTRY: dict[str, InstructionSpec] = {}
+
+
+def instruction(
+    name: str,
+    operands: type[Operands],
+    engines: tuple[Engine, ...],
+    cost: CostFn,
+    validate: Validator | None = None,
+    choose_engine: EngineChooser | None = None,
+    min_nc_version: int = 2,
+) -> Callable[[Semantics], Semantics]:
+    """Register the decorated semantics function as instruction ``name``."""
+
+    def register(semantics: Semantics) -> Semantics:
+        if name in REGISTRY:
+            raise ValueError(f"instruction {name} is registered twice")
+        operands.tensor_fields = _tensor_fields(operands)
+        REGISTRY[name] = InstructionSpec(
+            name=name,
+            operands=operands,
+            engines=engines,
+            semantics=semantics,
+            cost=cost,
+            validate=validate,
+            choose_engine=choose_engine,
+            min_nc_version=min_nc_version,
+            doc=(semantics.__doc__ or "").strip(),
+        )
+        return semantics
+
+    return register
+
+
+def _tensor_fields(model: type[Operands]) -> tuple[tuple[str, Access], ...]:
+    hints = typing.get_type_hints(model, include_extras=True)
+    fields = []
+    for fname in model.model_fields:
+        meta = getattr(hints.get(fname), "__metadata__", ())
+        access = next((m for m in meta if isinstance(m, Access)), None)
+        if access is not None:
+            fields.append((fname, access))
+    return tuple(fields)

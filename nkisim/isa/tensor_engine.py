@@ -1,0 +1,209 @@
+"""Tensor Engine instructions: matmul into PSUM, and transposes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.errors import DtypeError, OperandError, ShapeError, TargetError
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa import enums
+from nkisim.isa.common import check_in, f32
+from nkisim.isa.enums import matmul_perf_mode
+from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction
+from nkisim.isa.vector import per_element_cost
+from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_float8, to_dtype
+
+_FP32 = to_dtype("float32")
+_BF16 = to_dtype("bfloat16")
+_MATMUL_INPUTS = {to_dtype(n) for n in ("float8_e4m3", "float8_e5m2", "bfloat16", "float16", "tfloat32", "float32")}
+_FP8_V4 = to_dtype("float8_e4m3fn")
+
+
+def _is_fp32_class(t: Tensor) -> bool:
+    return t.dtype == _FP32  # tfloat32 compares equal to float32
+
+
+# -- nc_matmul ------------------------------------------------------------------------
+
+
+class NcMatmulOps(Operands):
+    dst: Out
+    stationary: In
+    moving: In
+    is_stationary_onezero: bool = False
+    is_moving_onezero: bool = False
+    is_transpose: bool = False
+    tile_position: tuple[int, ...] | list[int] = ()
+    tile_size: tuple[int, ...] | list[int] = ()
+    perf_mode: enums.matmul_perf_mode = enums.matmul_perf_mode.none
+
+
+def _contraction_layout(ops: NcMatmulOps) -> tuple[int, int, int]:
+    """(K, M, N): contraction size, stationary free size, moving free size."""
+    rows = 2 if ops.perf_mode is matmul_perf_mode.double_row else 1
+    k = ops.stationary.partitions * rows
+    return k, ops.stationary.free_size // rows, ops.moving.free_size // rows
+
+
+def _nc_matmul_validate(ops: NcMatmulOps, chk: Check) -> None:
+    hw = chk.hw
+    check_in(chk, "stationary", ops.stationary, Buffer.sbuf)
+    check_in(chk, "moving", ops.moving, Buffer.sbuf)
+    check_in(chk, "dst", ops.dst, Buffer.psum)
+    for name, t in (("stationary", ops.stationary), ("moving", ops.moving)):
+        allowed = t.dtype in _MATMUL_INPUTS or (hw.nc_version >= 4 and t.dtype == _FP8_V4)
+        if not allowed:
+            chk.fail(DtypeError, name, f"dtype {dtype_name(t.dtype)} is not a Tensor Engine input type")
+    if _is_fp32_class(ops.stationary) != _is_fp32_class(ops.moving):
+        chk.fail(DtypeError, "moving", "float32/tfloat32 inputs must be paired with float32/tfloat32")
+    if ops.stationary.partitions != ops.moving.partitions:
+        chk.fail(
+            ShapeError,
+            "moving",
+            f"contraction dim {ops.moving.partitions} differs from stationary's {ops.stationary.partitions}",
+        )
+    if ops.perf_mode is matmul_perf_mode.double_row:
+        _check_double_row(ops, chk)
+    rows, cols = _tile_shape(ops, chk)
+    _, m, n = _contraction_layout(ops)
+    if ops.stationary.partitions > rows:
+        chk.fail(
+            ShapeError, "stationary", f"partition dim {ops.stationary.partitions} exceeds the PE tile's {rows} rows"
+        )
+    if m > cols:
+        chk.fail(ShapeError, "stationary", f"free size {m} exceeds the PE tile's {cols} columns")
+    if n > hw.tensor.moving_fmax:
+        chk.fail(ShapeError, "moving", f"free size {n} exceeds {hw.tensor.moving_fmax}")
+    if ops.is_transpose and hw.nc_version >= 3:
+        if ops.dst.dtype != ops.stationary.dtype:
+            chk.fail(DtypeError, "dst", "must have the dtype of stationary in transpose mode")
+    elif ops.dst.dtype != _FP32 and not (hw.nc_version >= 4 and ops.dst.dtype == _BF16):
+        allowed = "float32 or bfloat16" if hw.nc_version >= 4 else "float32"
+        chk.fail(DtypeError, "dst", f"dtype {dtype_name(ops.dst.dtype)} must be {allowed}")
+    if ops.dst.partitions != m or ops.dst.free_size != n:
+        chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} must hold the [{m}, {n}] result")
+    if ops.dst.free_size * ops.dst.itemsize > hw.psum.bank_bytes * (8 if hw.nc_version >= 4 else 1):
+        chk.fail(ShapeError, "dst", "does not fit in one PSUM bank")
+
+
+def _check_double_row(ops: NcMatmulOps, chk: Check) -> None:
+    if chk.hw.nc_version < 3:
+        chk.fail(TargetError, "perf_mode", "double_row needs NeuronCore-v3 or newer")
+    for name, t in (("stationary", ops.stationary), ("moving", ops.moving)):
+        if not is_float8(t.dtype):
+            chk.fail(DtypeError, name, f"dtype {dtype_name(t.dtype)} must be float8 in double_row mode")
+        if t.ndim < 3 or t.shape[1] != 2:
+            chk.fail(ShapeError, name, f"shape {list(t.shape)} must be [P, 2, F] in double_row mode")
+    if ops.tile_size and ops.tile_size[1] != chk.hw.tensor.columns:
+        chk.fail(OperandError, "perf_mode", "double_row cannot be combined with column tiling")
+
+
+def _tile_shape(ops: NcMatmulOps, chk: Check) -> tuple[int, int]:
+    hw = chk.hw.tensor
+    if not ops.tile_position and not ops.tile_size:
+        return hw.rows, hw.columns
+    if len(ops.tile_position) != 2 or len(ops.tile_size) != 2:
+        chk.fail(OperandError, "tile_position", "and tile_size must both be 2-tuples to enable PE tiling")
+    legal = {128, 64} | ({32} if chk.hw.nc_version >= 3 else set())
+    for name, size in zip(("row", "column"), ops.tile_size):
+        if size not in legal:
+            chk.fail(OperandError, "tile_size", f"{name} size {size} must be one of {sorted(legal)}")
+    for name, pos, size in zip(("row", "column"), ops.tile_position, ops.tile_size):
+        if pos % size or pos + size > 128:
+            chk.fail(OperandError, "tile_position", f"start {name} {pos} must be a multiple of {size} within 128")
+    return ops.tile_size[0], ops.tile_size[1]
+
+
+def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
+    k, m, n = _contraction_layout(ops)
+    cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n)
+    if _is_fp32_class(ops.stationary) and not (ops.is_transpose and hw.nc_version >= 3):
+        onezero = ops.is_stationary_onezero or ops.is_moving_onezero
+        cycles *= hw.tensor.fp32_cycle_factor // (2 if onezero else 1)
+    return engine_cost(hw, engine, cycles, flops=2.0 * k * m * n)
+
+
+@instruction(
+    "nc_matmul",
+    NcMatmulOps,
+    engines=(Engine.tensor,),
+    cost=_nc_matmul_cost,
+    validate=_nc_matmul_validate,
+)
+def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:
+    """``dst = stationary.T @ moving`` in float32, accumulated in PSUM.
+
+    The first matmul write to a PSUM location after it is allocated overwrites it;
+    later writes add to it, as NKI 0.2's accumulation groups do. On NeuronCore-v3
+    and newer, ``is_transpose`` copies ``stationary.T`` bit-exactly.
+    """
+    k, m, n = _contraction_layout(ops)
+    if ops.is_transpose and state.nc_version >= 3:
+        ops.dst.array[...] = ops.stationary.array.reshape(k, m).T.reshape(ops.dst.shape)
+        return
+    stationary = f32(ops.stationary).reshape(k, m)
+    moving = f32(ops.moving).reshape(k, n)
+    product = stationary.T @ moving
+    _accumulate(ops.dst, product)
+
+
+def _accumulate(dst: Tensor, product: np.ndarray) -> None:
+    flags_storage = dst.storage.acc_flags
+    assert flags_storage is not None
+    flags = np.ndarray(dst.shape, np.uint8, flags_storage, dst.byte_offset, dst.array.strides)
+    written = flags.reshape(product.shape) != 0
+    previous = f32(dst).reshape(product.shape)
+    total = np.where(written, previous + product, product)
+    dst.array[...] = cast(total, dst.dtype).reshape(dst.shape)
+    flags[...] = 1
+
+
+# -- nc_transpose ---------------------------------------------------------------------
+
+
+class NcTransposeOps(Operands):
+    dst: Out
+    data: In
+    engine: Engine = Engine.unknown
+
+
+def _nc_transpose_engine(ops: NcTransposeOps, hw: HwConfig) -> Engine:
+    if ops.data.buffer is Buffer.sbuf and ops.dst.buffer is Buffer.psum:
+        return Engine.tensor
+    return Engine.vector
+
+
+def _nc_transpose_validate(ops: NcTransposeOps, chk: Check) -> None:
+    limit = chk.hw.tensor.rows if chk.engine is Engine.tensor else 32
+    p, f = ops.data.partitions, ops.data.free_size
+    if p > limit or f > limit:
+        chk.fail(ShapeError, "data", f"shape [{p}, {f}] exceeds [{limit}, {limit}] on the {chk.engine.title} Engine")
+    if chk.engine is Engine.tensor:
+        check_in(chk, "data", ops.data, Buffer.sbuf)
+        check_in(chk, "dst", ops.dst, Buffer.psum)
+    if ops.dst.dtype != ops.data.dtype:
+        chk.fail(DtypeError, "dst", f"dtype {dtype_name(ops.dst.dtype)} must equal data's {dtype_name(ops.data.dtype)}")
+    if ops.dst.partitions != f or ops.dst.free_size != p:
+        chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} must be [{f}, {p}]")
+
+
+def _nc_transpose_cost(ops: NcTransposeOps, hw: HwConfig, engine: Engine) -> Cost:
+    p, f = ops.data.partitions, ops.data.free_size
+    if engine is Engine.tensor:
+        return engine_cost(hw, engine, max(p, min(hw.tensor.matmul_min_ii_cycles, f)))
+    return per_element_cost(engine, hw, f)
+
+
+@instruction(
+    "nc_transpose",
+    NcTransposeOps,
+    engines=(Engine.tensor, Engine.vector),
+    cost=_nc_transpose_cost,
+    validate=_nc_transpose_validate,
+    choose_engine=_nc_transpose_engine,
+)
+def nc_transpose(ops: NcTransposeOps, state: EngineState) -> None:
+    """Swap the partition dim with the (flattened) free dims, bit-exactly."""
+    p = ops.data.partitions
+    flat = ops.data.array.reshape(p, -1)
+    ops.dst.array[...] = flat.T.reshape(ops.dst.shape)

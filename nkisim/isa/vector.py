@@ -1,0 +1,311 @@
+"""Element-wise instructions of the Vector Engine (some also run on Scalar or GpSimd).
+
+Costs follow the NKI 0.1 reference's "Estimated instruction cost": ``N`` is the
+number of elements per partition and the time is ``max(MIN_II, cycles)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.errors import DtypeError, OperandError, ShapeError, TargetError
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa.common import (
+    apply_alu,
+    as_rows,
+    check_alu,
+    check_bitvec_dtypes,
+    check_not_both_psum,
+    check_same_layout,
+    check_same_partitions,
+    check_vector_operand,
+    copy_bits,
+    f32,
+    per_partition,
+    write,
+)
+from nkisim.isa.ops import OPS, Op
+from nkisim.isa.spec import (
+    Check,
+    Cost,
+    EngineState,
+    In,
+    Operands,
+    OptScalarOrIn,
+    Out,
+    ScalarOrIn,
+    engine_cost,
+    instruction,
+)
+from nkisim.memory import Buffer, Tensor, is_integer, to_dtype
+
+BF16 = to_dtype("bfloat16")
+FP16 = to_dtype("float16")
+
+
+def per_element_cost(engine: Engine, hw: HwConfig, n: int, cycles_per_element: float = 1.0) -> Cost:
+    """``max(MIN_II, N * cycles_per_element)`` engine cycles (plus GpSimd start-up)."""
+    cfg = hw.engine(engine)
+    cycles = max(cfg.min_ii_cycles, n * cycles_per_element) + cfg.startup_cycles * (engine is Engine.gpsimd)
+    return engine_cost(hw, engine, cycles)
+
+
+def _choose_vector(ops: Operands, hw: HwConfig) -> Engine:
+    return Engine.vector
+
+
+# -- tensor_tensor --------------------------------------------------------------------
+
+
+class TensorTensorOps(Operands):
+    dst: Out
+    data1: In
+    data2: In
+    op: Op
+    engine: Engine = Engine.unknown
+
+
+def _tensor_tensor_validate(ops: TensorTensorOps, chk: Check) -> None:
+    check_alu(chk, "op", ops.op)
+    check_same_layout(chk, "data1", ops.data1, "data2", ops.data2)
+    check_same_layout(chk, "data1", ops.data1, "dst", ops.dst)
+    check_not_both_psum(chk, "data1", ops.data1, "data2", ops.data2)
+    check_bitvec_dtypes(chk, "op", ops.op, [("data1", ops.data1), ("data2", ops.data2), ("dst", ops.dst)])
+
+
+def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> Cost:
+    n = ops.data1.free_size
+    if engine is not Engine.vector:
+        return per_element_cost(engine, hw, n)
+    kinds = {ops.data1.buffer, ops.data2.buffer}
+    all_bf16 = ops.data1.dtype == ops.data2.dtype == ops.dst.dtype == BF16
+    fast = kinds == {Buffer.sbuf, Buffer.psum} or (
+        all_bf16 and ops.op.name in ("add", "multiply", "subtract") and kinds == {Buffer.sbuf}
+    )
+    return per_element_cost(engine, hw, n, 1.0 if fast else hw.vector.two_sbuf_inputs_cycles_per_element)
+
+
+def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
+    return Engine.gpsimd if ops.op is OPS["power"] else Engine.vector
+
+
+@instruction(
+    "tensor_tensor",
+    TensorTensorOps,
+    engines=(Engine.vector, Engine.gpsimd),
+    cost=_tensor_tensor_cost,
+    validate=_tensor_tensor_validate,
+    choose_engine=_tensor_tensor_engine,
+)
+def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
+    """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits)."""
+    p = ops.dst.partitions
+    if ops.op.is_bitvec:
+        result = ops.op.binary(as_rows(ops.data1.array, p), as_rows(ops.data2.array, p))  # type: ignore[misc]
+        ops.dst.array[...] = result.astype(ops.dst.dtype).reshape(ops.dst.shape)
+        return
+    write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
+
+
+# -- tensor_scalar --------------------------------------------------------------------
+
+
+class TensorScalarOps(Operands):
+    dst: Out
+    data: In
+    op0: Op
+    operand0: ScalarOrIn
+    reverse0: bool = False
+    op1: Op | None = None
+    operand1: OptScalarOrIn = None
+    reverse1: bool = False
+    engine: Engine = Engine.unknown
+
+
+_SCALAR_ENGINE_OPS = {("multiply", "add"), ("multiply", None), ("add", None)}
+
+
+def _tensor_scalar_validate(ops: TensorScalarOps, chk: Check) -> None:
+    check_alu(chk, "op0", ops.op0)
+    check_same_layout(chk, "data", ops.data, "dst", ops.dst)
+    p = ops.data.partitions
+    check_vector_operand(chk, "operand0", ops.operand0, p)
+    if (ops.op1 is None) != (ops.operand1 is None):
+        chk.fail(OperandError, "op1", "and operand1 must be given together or both be None")
+    if ops.op1 is not None:
+        check_alu(chk, "op1", ops.op1)
+        check_vector_operand(chk, "operand1", ops.operand1, p)
+        if ops.op1.is_bitvec != ops.op0.is_bitvec:
+            chk.fail(OperandError, "op1", "must be of the same kind as op0 (both bitvec or both arithmetic)")
+    if ops.op0.is_bitvec:
+        if chk.engine is not Engine.vector:
+            chk.fail(OperandError, "op0", f"bitvec operator {ops.op0!r} runs only on the Vector Engine")
+        check_bitvec_dtypes(chk, "op0", ops.op0, [("data", ops.data), ("dst", ops.dst)])
+    pair = (ops.op0.name, ops.op1.name if ops.op1 else None)
+    if chk.engine is Engine.scalar and pair not in _SCALAR_ENGINE_OPS:
+        chk.fail(OperandError, "op0", f"{pair} is not supported on the Scalar Engine; use multiply/add")
+    if chk.engine is Engine.gpsimd and ops.op0.name != "rsqrt":
+        chk.fail(OperandError, "engine", "tensor_scalar runs on the GpSimd Engine only for op0=nl.rsqrt")
+
+
+def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> Cost:
+    return per_element_cost(engine, hw, ops.data.free_size)
+
+
+@instruction(
+    "tensor_scalar",
+    TensorScalarOps,
+    engines=(Engine.vector, Engine.scalar, Engine.gpsimd),
+    cost=_tensor_scalar_cost,
+    validate=_tensor_scalar_validate,
+    choose_engine=_choose_vector,
+)
+def tensor_scalar(ops: TensorScalarOps, state: EngineState) -> None:
+    """``dst = (data op0 operand0) op1 operand1``; operands are scalars or ``(P, 1)`` columns."""
+    p = ops.data.partitions
+    if ops.op0.is_bitvec:
+        x = as_rows(ops.data.array, p)
+        result = _bitvec_step(ops.op0, x, ops.operand0, ops.reverse0, p)
+        if ops.op1 is not None:
+            result = _bitvec_step(ops.op1, result, ops.operand1, ops.reverse1, p)  # type: ignore[arg-type]
+        ops.dst.array[...] = result.astype(ops.dst.dtype).reshape(ops.dst.shape)
+        return
+    result = apply_alu(ops.op0, as_rows(f32(ops.data), p), per_partition(ops.operand0, p), ops.reverse0)
+    if ops.op1 is not None:
+        result = apply_alu(ops.op1, result, per_partition(ops.operand1, p), ops.reverse1)  # type: ignore[arg-type]
+    write(ops.dst, result)
+
+
+def _bitvec_step(op: Op, x: np.ndarray, operand: Tensor | float | int, reverse: bool, p: int) -> np.ndarray:
+    y = operand.array.reshape(p, 1) if isinstance(operand, Tensor) else np.asarray(int(operand)).astype(x.dtype)
+    return apply_alu(op, x, y, reverse)
+
+
+# -- tensor_copy ----------------------------------------------------------------------
+
+
+class TensorCopyOps(Operands):
+    dst: Out
+    src: In
+    engine: Engine = Engine.unknown
+
+
+def _tensor_copy_validate(ops: TensorCopyOps, chk: Check) -> None:
+    check_same_layout(chk, "src", ops.src, "dst", ops.dst)
+    if chk.engine is Engine.scalar and chk.hw.nc_version < 3:
+        chk.fail(
+            TargetError,
+            "engine",
+            "tensor_copy on the Scalar Engine needs NeuronCore-v3 or newer; use nisa.activation(op=nl.copy)",
+        )
+
+
+@instruction(
+    "tensor_copy",
+    TensorCopyOps,
+    engines=(Engine.vector, Engine.gpsimd, Engine.scalar),
+    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.src.free_size),
+    validate=_tensor_copy_validate,
+    choose_engine=_choose_vector,
+)
+def tensor_copy(ops: TensorCopyOps, state: EngineState) -> None:
+    """Copy ``src`` to ``dst``: bit-exact for equal dtypes, through float32 otherwise."""
+    if ops.src.dtype == ops.dst.dtype:
+        copy_bits(ops.dst, ops.src)
+    else:
+        write(ops.dst, f32(ops.src))
+
+
+# -- tensor_reduce --------------------------------------------------------------------
+
+
+class TensorReduceOps(Operands):
+    dst: Out
+    op: Op
+    data: In
+    axis: int | tuple[int, ...] | list[int]
+    negate: bool = False
+    keepdims: bool = False
+
+
+def _axes(ops: TensorReduceOps) -> tuple[int, ...]:
+    return (ops.axis,) if isinstance(ops.axis, int) else tuple(sorted(ops.axis))
+
+
+def _tensor_reduce_validate(ops: TensorReduceOps, chk: Check) -> None:
+    if ops.op.reduce is None:
+        chk.fail(OperandError, "op", f"{ops.op!r} is not a legal reduction operator")
+    axes = _axes(ops)
+    ndim = ops.data.ndim
+    if not axes or any(a < 1 or a >= ndim for a in axes):
+        chk.fail(ShapeError, "axis", f"{list(axes)} must name free axes of data (1 to {ndim - 1}), never axis 0")
+    if list(axes) != list(range(axes[0], axes[0] + len(axes))):
+        chk.fail(ShapeError, "axis", f"{list(axes)} must be consecutive axes")
+    check_same_partitions(chk, "data", ops.data, "dst", ops.dst)
+    kept = ops.data.free_size // int(np.prod([ops.data.shape[a] for a in axes]))
+    if ops.dst.free_size != kept:
+        chk.fail(ShapeError, "dst", f"has {ops.dst.free_size} elements per partition; the reduction gives {kept}")
+    check_bitvec_dtypes(chk, "op", ops.op, [("data", ops.data), ("dst", ops.dst)])
+    if ops.negate and ops.op.is_bitvec:
+        chk.fail(OperandError, "negate", "applies only to arithmetic operators")
+
+
+def _tensor_reduce_cost(ops: TensorReduceOps, hw: HwConfig, engine: Engine) -> Cost:
+    fast = ops.data.dtype == ops.dst.dtype == BF16 and ops.op.name in ("add", "maximum")
+    return per_element_cost(engine, hw, ops.data.free_size, hw.vector.fast_path_cycles_per_element if fast else 1.0)
+
+
+@instruction(
+    "tensor_reduce",
+    TensorReduceOps,
+    engines=(Engine.vector,),
+    cost=_tensor_reduce_cost,
+    validate=_tensor_reduce_validate,
+)
+def tensor_reduce(ops: TensorReduceOps, state: EngineState) -> None:
+    """Reduce ``data`` over free ``axis`` with ``op`` in float32; ``negate`` multiplies by -1."""
+    axes = _axes(ops)
+    assert ops.op.reduce is not None
+    if ops.op.is_bitvec:
+        result = ops.op.reduce.reduce(ops.data.array, axis=axes)
+        ops.dst.array[...] = result.astype(ops.dst.dtype).reshape(ops.dst.shape)
+        return
+    result = ops.op.reduce.reduce(f32(ops.data), axis=axes).astype(np.float32)
+    write(ops.dst, -result if ops.negate else result)
+
+
+# -- memset ---------------------------------------------------------------------------
+
+
+class MemsetOps(Operands):
+    dst: Out
+    value: float | int
+    engine: Engine = Engine.unknown
+
+
+def _memset_cost(ops: MemsetOps, hw: HwConfig, engine: Engine) -> Cost:
+    fast = engine is Engine.vector and ops.value == 0 and ops.dst.dtype in (BF16, FP16)
+    return per_element_cost(engine, hw, ops.dst.free_size, hw.vector.fast_path_cycles_per_element if fast else 1.0)
+
+
+def _memset_validate(ops: MemsetOps, chk: Check) -> None:
+    if is_integer(ops.dst.dtype) and float(ops.value) != int(ops.value):
+        chk.fail(DtypeError, "value", f"{ops.value} is not an integer, as dst dtype {ops.dst.dtype} requires")
+
+
+@instruction(
+    "memset",
+    MemsetOps,
+    engines=(Engine.vector, Engine.gpsimd),
+    cost=_memset_cost,
+    validate=_memset_validate,
+    choose_engine=_choose_vector,
+)
+def memset(ops: MemsetOps, state: EngineState) -> None:
+    """Fill ``dst`` with the constant ``value``."""
+    if is_integer(ops.dst.dtype):
+        info = np.iinfo(ops.dst.dtype) if ops.dst.dtype.kind != "b" else None
+        value = int(ops.value) if info is None else min(max(int(ops.value), info.min), info.max)
+        ops.dst.array[...] = value
+    else:
+        write(ops.dst, np.full(ops.dst.shape, ops.value, dtype=np.float32))

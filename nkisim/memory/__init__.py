@@ -1,0 +1,23 @@
+"""HBM, SBUF and PSUM as real bytes; tensors as views at allocated addresses."""
+
+from nkisim.memory.dtypes import NKI_DTYPES, cast, dtype_name, is_float, is_float8, is_integer, to_dtype
+from nkisim.memory.space import Buffer, OnChipMemory, Storage
+from nkisim.memory.system import MemorySystem
+from nkisim.memory.tensor import DynSlice, Region, Tensor
+
+__all__ = [
+    "NKI_DTYPES",
+    "Buffer",
+    "DynSlice",
+    "MemorySystem",
+    "OnChipMemory",
+    "Region",
+    "Storage",
+    "Tensor",
+    "cast",
+    "dtype_name",
+    "is_float",
+    "is_float8",
+    "is_integer",
+    "to_dtype",
+]

@@ -1,0 +1,125 @@
+"""NKI data types, stored exactly with numpy and ml_dtypes, and the casts engines do on write.
+
+NKI names its types with ``nki.language`` constants (``nl.bfloat16``) or strings
+(``'bfloat16'``). Here each is a numpy dtype, so ``tile.dtype == nl.float32`` and
+``tile.dtype == 'float32'`` both hold. ``tfloat32`` is stored as float32 whose
+mantissa is rounded to 10 bits on every write; it carries numpy dtype metadata to
+tell it apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+TFLOAT32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
+
+#: Every data type of NKI 0.2 by its ``nki.language`` name.
+NKI_DTYPES: dict[str, np.dtype] = {
+    "bool_": np.dtype(np.bool_),
+    "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32),
+    "uint8": np.dtype(np.uint8),
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "tfloat32": TFLOAT32,
+    "float32": np.dtype(np.float32),
+    "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
+    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+}
+
+_BY_NAME: dict[str, np.dtype] = {**NKI_DTYPES, "bool": NKI_DTYPES["bool_"]}
+_SUPPORTED = set(NKI_DTYPES.values())
+_FLOAT8 = {NKI_DTYPES[n] for n in ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")}
+
+
+def to_dtype(value: Any) -> np.dtype:
+    """Normalise a dtype given as an ``nl`` constant, a string, a numpy or a torch dtype.
+
+    Raises:
+        TypeError: if the value names no NKI data type.
+    """
+    if isinstance(value, str) or type(value).__module__ == "torch":
+        name = str(value).removeprefix("torch.")
+        if name not in _BY_NAME:
+            raise TypeError(f"{value!r} is not an NKI data type (supported: {', '.join(NKI_DTYPES)})")
+        return _BY_NAME[name]
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"{value!r} is not a data type") from None
+    if is_tfloat32(dtype):
+        return TFLOAT32
+    if dtype not in _SUPPORTED:
+        raise TypeError(f"{dtype} is not an NKI data type (supported: {', '.join(NKI_DTYPES)})")
+    return dtype
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The NKI name of a dtype (``tfloat32`` is told apart from ``float32``)."""
+    if is_tfloat32(dtype):
+        return "tfloat32"
+    return "bool_" if dtype == np.bool_ else dtype.name
+
+
+def is_tfloat32(dtype: np.dtype) -> bool:
+    return bool(dtype.metadata) and dtype.metadata.get("nki") == "tfloat32"
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """True for float types, including bf16, tf32 and fp8 (ml_dtypes report kind 'V')."""
+    return dtype.kind == "f" or dtype.kind == "V"
+
+
+def is_integer(dtype: np.dtype) -> bool:
+    """True for signed, unsigned and boolean integer types."""
+    return dtype.kind in "iub"
+
+
+def is_float8(dtype: np.dtype) -> bool:
+    return dtype in _FLOAT8
+
+
+def round_tfloat32(values: np.ndarray) -> np.ndarray:
+    """Round float32 values to tfloat32 (10 mantissa bits), nearest-even; NaN and inf pass."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = (bits + (0xFFF + ((bits >> 13) & 1))) & np.uint32(0xFFFFE000)
+    return np.where(finite, rounded, bits).view(np.float32)
+
+
+def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Convert engine results (usually float32) to ``dtype`` the way the hardware writes them.
+
+    Floats round to nearest even (ml_dtypes for bf16 and fp8). Integers round to
+    nearest even and saturate at the type's range; NaN becomes 0. Booleans are
+    nonzero tests.
+    """
+    if values.dtype == dtype and not is_tfloat32(dtype):
+        return values
+    if is_tfloat32(dtype):
+        return round_tfloat32(values.astype(np.float32, copy=False))
+    if dtype.kind in "iu" and is_float(values.dtype):
+        info = np.iinfo(dtype)
+        wide = np.rint(values.astype(np.float64, copy=False))
+        wide = np.nan_to_num(wide, nan=0.0, posinf=info.max, neginf=info.min)
+        return np.clip(wide, info.min, info.max).astype(dtype)
+    if dtype.kind == "b":
+        return values != 0
+    return values.astype(dtype)
+
+
+def poison_value(dtype: np.dtype) -> Any:
+    """The fill of fresh on-chip memory: NaN for floats, a recognisable pattern for integers."""
+    if is_float(dtype):
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    info = np.iinfo(dtype)
+    return info.max if dtype.kind == "u" else info.min

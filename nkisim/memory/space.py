@@ -1,0 +1,168 @@
+"""Memories as real bytes: SBUF and PSUM (partitions x bytes) and HBM, with a liveness allocator.
+
+On-chip memories are one ``uint8`` array of ``partitions x bytes_per_partition``.
+An on-chip tensor occupies the same byte range in each of its partitions, as NKI
+allocates it. HBM tensors each get their own block of bytes at a virtual address.
+
+Liveness: a tile's bytes return to the allocator as soon as the kernel can no longer
+reach the tile (its last Python reference is dropped). Reuse of those bytes by a new
+tile is ordered after the old tile's last use by the scheduler's dependency tracking,
+as the hardware's semaphores order it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from nkisim.errors import CapacityError, SourceLoc
+from nkisim.hw.model import OnChipMemoryConfig
+from nkisim.memory.dtypes import dtype_name
+
+
+class Buffer(StrEnum):
+    """Where a tensor lives. Compares equal to NKI 0.2's buffer strings (``'sbuf'``)."""
+
+    sbuf = "sbuf"
+    psum = "psum"
+    hbm = "hbm"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+    @property
+    def is_on_chip(self) -> bool:
+        return self in (Buffer.sbuf, Buffer.psum)
+
+    @property
+    def is_hbm(self) -> bool:
+        return not self.is_on_chip
+
+    @property
+    def kind(self) -> str:
+        """The physical memory: ``sbuf``, ``psum`` or ``hbm``."""
+        return self.value if self.is_on_chip else "hbm"
+
+
+_storage_ids = itertools.count()
+
+
+class Storage:
+    """A block of real bytes laid out as ``rows x row_bytes`` (rows are partitions on chip).
+
+    ``row_granule`` and ``col_granule`` set the resolution of dependency tracking.
+    """
+
+    __slots__ = ("acc_flags", "base_address", "bytes", "col_granule", "kind", "row_granule", "uid")
+
+    def __init__(self, kind: str, rows: int, row_bytes: int, base_address: int = 0) -> None:
+        self.kind = kind
+        self.bytes = np.zeros((rows, row_bytes), dtype=np.uint8)
+        self.base_address = base_address
+        self.uid = next(_storage_ids)
+        on_chip = kind != "hbm"
+        self.row_granule = 1 if on_chip else max(1, -(-rows // 2048))
+        self.col_granule = 64 if on_chip else max(64, _next_pow2(-(-row_bytes // 128)))
+        #: PSUM only: one byte per byte, nonzero where a matmul has written since allocation.
+        self.acc_flags = np.zeros((rows, row_bytes), dtype=np.uint8) if kind == "psum" else None
+
+    @property
+    def rows(self) -> int:
+        return self.bytes.shape[0]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.bytes.shape[1]
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclass
+class Allocation:
+    """A live on-chip allocation: a byte range used in the first ``partitions`` partitions."""
+
+    offset: int
+    nbytes: int
+    partitions: int
+    label: str
+    loc: SourceLoc | None
+
+
+@dataclass
+class OnChipMemory:
+    """SBUF or PSUM storage with a first-fit allocator over the per-partition byte range."""
+
+    name: str
+    config: OnChipMemoryConfig
+    storage: Storage = field(init=False)
+    live: dict[int, Allocation] = field(init=False, default_factory=dict)
+    peak_bytes: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.storage = Storage(self.name, self.config.partitions, self.config.bytes_per_partition)
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(a.nbytes for a in self.live.values())
+
+    def allocate(self, nbytes: int, partitions: int, label: str, loc: SourceLoc | None) -> int:
+        """Reserve ``nbytes`` per partition and return the byte offset.
+
+        PSUM allocations that fit in one bank never straddle two banks, and larger
+        ones start on a bank boundary, as the Tensor Engine writes whole banks.
+
+        Raises:
+            CapacityError: naming the kernel line and the live allocations.
+        """
+        align = self.config.alignment_bytes
+        size = -(-max(nbytes, 1) // align) * align
+        offset = self._first_fit(size)
+        if offset is None:
+            raise CapacityError(self._full_message(nbytes, label), loc=loc)
+        self.live[offset] = Allocation(offset, size, partitions, label, loc)
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+        return offset
+
+    def free(self, offset: int) -> None:
+        self.live.pop(offset, None)
+
+    def _first_fit(self, size: int) -> int | None:
+        bank = self.config.bank_bytes if self.config.banks > 1 else None
+        cursor = 0
+        for start in sorted(self.live):
+            candidate = self._place(cursor, size, bank)
+            if candidate + size <= start:
+                return candidate
+            cursor = max(cursor, start + self.live[start].nbytes)
+        candidate = self._place(cursor, size, bank)
+        return candidate if candidate + size <= self.config.bytes_per_partition else None
+
+    @staticmethod
+    def _place(cursor: int, size: int, bank: int | None) -> int:
+        if bank is None:
+            return cursor
+        if size > bank:
+            return -(-cursor // bank) * bank
+        if cursor // bank != (cursor + size - 1) // bank:
+            return (cursor // bank + 1) * bank
+        return cursor
+
+    def _full_message(self, nbytes: int, label: str) -> str:
+        lines = [
+            f"{self.name.upper()} is full: cannot allocate {nbytes} bytes per partition for {label} "
+            f"({self.used_bytes} of {self.config.bytes_per_partition} bytes per partition in use); live allocations:"
+        ]
+        for alloc in sorted(self.live.values(), key=lambda a: -a.nbytes)[:12]:
+            where = f" at {alloc.loc}" if alloc.loc else ""
+            lines.append(f"  {alloc.label}: {alloc.nbytes} B/partition, offset {alloc.offset}{where}")
+        if len(self.live) > 12:
+            lines.append(f"  ... and {len(self.live) - 12} more")
+        return "\n".join(lines)
+
+
+def describe(shape: tuple[int, ...], dtype: np.dtype) -> str:
+    return f"{dtype_name(dtype)}[{', '.join(map(str, shape))}]"

@@ -1,0 +1,101 @@
+"""The memories of one NeuronCore, and the creation of tensors in them."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from nkisim.errors import SourceLoc
+from nkisim.hw import HwConfig
+from nkisim.memory.dtypes import poison_value
+from nkisim.memory.space import Buffer, OnChipMemory, Storage, describe
+from nkisim.memory.tensor import Tensor
+
+
+class MemorySystem:
+    """SBUF, PSUM and the HBM tensors of one run.
+
+    Attributes:
+        poison: fill fresh memory with NaN (floats) or a pattern (integers), so that
+            reads of never-written memory show up in the results.
+    """
+
+    def __init__(self, hw: HwConfig, poison: bool = True) -> None:
+        self.hw = hw
+        self.poison = poison
+        self.sbuf = OnChipMemory("sbuf", hw.sbuf)
+        self.psum = OnChipMemory("psum", hw.psum)
+        self._hbm_next_address = 0x1_0000_0000
+        self.hbm_bytes = 0
+        self._counter = 0
+
+    def on_chip(self, buffer: Buffer) -> OnChipMemory:
+        return self.sbuf if buffer is Buffer.sbuf else self.psum
+
+    def new_tensor(
+        self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer, name: str = "", loc: SourceLoc | None = None
+    ) -> Tensor:
+        """Allocate an uninitialised tensor (poisoned, if enabled)."""
+        self._counter += 1
+        name = name or f"{buffer.kind}{self._counter}"
+        if buffer.is_on_chip:
+            tensor = self._on_chip_tensor(shape, dtype, buffer, name, loc)
+        else:
+            storage = self._hbm_storage(shape, dtype.itemsize)
+            tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
+        if self.poison:
+            tensor.array[...] = poison_value(dtype)
+        return tensor
+
+    def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
+        """Copy a kernel input into fresh HBM."""
+        storage = self._hbm_storage(values.shape, dtype.itemsize)
+        tensor = Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, Buffer.shared_hbm, name, storage, None)
+        tensor.array[...] = values
+        return tensor
+
+    def _on_chip_tensor(
+        self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer, name: str, loc: SourceLoc | None
+    ) -> Tensor:
+        memory = self.on_chip(buffer)
+        partitions = shape[0]
+        free_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        offset = memory.allocate(free_bytes, partitions, f"{name} {describe(shape, dtype)}", loc)
+        storage = memory.storage
+        array = np.ndarray(
+            shape=shape,
+            dtype=dtype,
+            buffer=storage.bytes,
+            offset=offset,
+            strides=(storage.row_bytes, *_contiguous_strides(shape[1:], dtype.itemsize)),
+        )
+        tensor = Tensor(array, dtype, buffer, name, storage, None)
+        weakref.finalize(tensor, memory.free, offset)
+        if storage.acc_flags is not None:
+            storage.acc_flags[:partitions, offset : offset + free_bytes] = 0
+        return tensor
+
+    def _hbm_storage(self, shape: tuple[int, ...], itemsize: int) -> Storage:
+        rows = shape[0] if len(shape) >= 2 else 1
+        row_bytes = int(np.prod(shape[1:] if len(shape) >= 2 else shape, dtype=np.int64)) * itemsize
+        storage = Storage("hbm", max(rows, 1), max(row_bytes, 1), self._hbm_next_address)
+        nbytes = storage.rows * storage.row_bytes
+        self._hbm_next_address += -(-nbytes // 4096) * 4096
+        self.hbm_bytes += nbytes
+        return storage
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    step = itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def _typed_view(storage: Storage, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    flat = storage.bytes.reshape(-1)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return flat[offset : offset + nbytes].view(dtype).reshape(shape)

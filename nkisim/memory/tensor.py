@@ -1,0 +1,206 @@
+"""Tensors: typed views of real memory at an allocated address.
+
+A :class:`Tensor` is what kernels hold: kernel arguments and outputs in HBM, tiles
+in SBUF and PSUM. Indexing one gives another view of the same bytes, following
+NKI's rules: dim 0 of an on-chip tile is the partition dim, an integer index on it
+keeps a dim of size 1, and on-chip views stay at least 2-D. Every index is checked
+against the tensor's bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nkisim.errors import BoundsError, OperandError
+from nkisim.memory.dtypes import dtype_name
+from nkisim.memory.space import Buffer, Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """The bytes a view touches, as a rectangle of a storage: rows [r0, r1) x bytes [b0, b1)."""
+
+    storage: Storage
+    r0: int
+    r1: int
+    b0: int
+    b1: int
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: the slice ``start:start + size``."""
+
+    __slots__ = ("size", "start")
+
+    def __init__(self, start: int, size: int) -> None:
+        self.start = start
+        self.size = size
+
+    def as_slice(self) -> slice:
+        return slice(self.start, self.start + self.size)
+
+    def __repr__(self) -> str:
+        return f"ds({self.start}, {self.size})"
+
+
+class Tensor:
+    """An NKI tensor: a view of HBM, SBUF or PSUM bytes with a shape and a dtype.
+
+    Attributes:
+        shape: the view's shape; on chip, ``shape[0]`` is the partition dim.
+        dtype: the NKI data type (a numpy dtype).
+        buffer: where the bytes live (``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ...).
+        name: the name given at creation, or an automatic one.
+    """
+
+    __slots__ = ("__weakref__", "_base", "_region", "array", "buffer", "dtype", "name", "storage")
+
+    def __init__(
+        self, array: np.ndarray, dtype: np.dtype, buffer: Buffer, name: str, storage: Storage, base: Tensor | None
+    ) -> None:
+        self.array = array
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+        self.storage = storage
+        self._base = base
+        self._region: Region | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.array.ndim
+
+    @property
+    def itemsize(self) -> int:
+        return self.array.itemsize
+
+    @property
+    def size(self) -> int:
+        return self.array.size
+
+    @property
+    def partitions(self) -> int:
+        """Size of the partition dim (dim 0) of an on-chip view."""
+        return self.array.shape[0] if self.array.ndim else 1
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition."""
+        return self.array.size // max(self.partitions, 1)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}: {dtype_name(self.dtype)}{list(self.shape)} in {self.buffer.value})"
+
+    def __len__(self) -> int:
+        return self.array.shape[0]
+
+    def __bool__(self) -> bool:
+        return True
+
+    # -- views -------------------------------------------------------------------------
+
+    def __getitem__(self, index: Any) -> Tensor:
+        key = self._normalise_index(index)
+        view = self.array[key]
+        if self.buffer.is_on_chip:
+            while view.ndim < 2:
+                view = view[..., np.newaxis]
+        return Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
+
+    def reshape(self, shape: tuple[int, ...] | list[int]) -> Tensor:
+        """A view with a new shape over the same elements (the view must be contiguous)."""
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape, dtype=np.int64)) != self.array.size:
+            raise OperandError(f"cannot reshape {list(self.shape)} to {list(shape)}: element counts differ")
+        if not self.array.flags.c_contiguous:
+            raise OperandError(f"cannot reshape a non-contiguous view of {self.name}")
+        view = self.array.reshape(shape)
+        return Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
+
+    def _normalise_index(self, index: Any) -> tuple[Any, ...]:
+        items = index if isinstance(index, tuple) else (index,)
+        if any(item is Ellipsis for item in items):
+            pos = next(i for i, item in enumerate(items) if item is Ellipsis)
+            fill = self.ndim - (len(items) - 1)
+            items = items[:pos] + (slice(None),) * fill + items[pos + 1 :]
+        if len(items) > self.ndim:
+            raise BoundsError(f"too many indices ({len(items)}) for {self!r}")
+        key: list[Any] = []
+        for dim, item in enumerate(items):
+            extent = self.array.shape[dim]
+            if isinstance(item, DynSlice):
+                item = item.as_slice()
+            if isinstance(item, slice):
+                key.append(_check_slice(item, extent, dim, self))
+            elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+                i = int(item) + extent if item < 0 else int(item)
+                if not 0 <= i < extent:
+                    raise BoundsError(f"index {int(item)} is out of bounds for dim {dim} of size {extent} of {self!r}")
+                key.append(slice(i, i + 1) if dim == 0 and self.buffer.is_on_chip else i)
+            else:
+                raise OperandError(
+                    f"unsupported index {item!r} for {self!r}: use integers, slices or nl.ds(start, size)"
+                )
+        return tuple(key)
+
+    # -- memory footprint --------------------------------------------------------------
+
+    @property
+    def region(self) -> Region:
+        """The rectangle of bytes this view reads or writes (a conservative bounding box)."""
+        if self._region is None:
+            self._region = _region_of(self.array, self.storage)
+        return self._region
+
+    @property
+    def byte_offset(self) -> int:
+        """Offset of element 0 from the start of its storage."""
+        return self.array.__array_interface__["data"][0] - self.storage.bytes.__array_interface__["data"][0]
+
+
+def _check_slice(item: slice, extent: int, dim: int, tensor: Tensor) -> slice:
+    step = 1 if item.step is None else int(item.step)
+    if step <= 0:
+        raise BoundsError(f"slice step {step} on dim {dim} of {tensor!r} must be positive")
+    start = 0 if item.start is None else int(item.start)
+    stop = extent if item.stop is None else int(item.stop)
+    start = start + extent if start < 0 else start
+    stop = stop + extent if stop < 0 else stop
+    if not 0 <= start <= stop <= extent:
+        raise BoundsError(
+            f"slice {item.start}:{item.stop} is out of bounds for dim {dim} of size {extent} of {tensor!r}"
+        )
+    return slice(start, stop, step)
+
+
+def _region_of(array: np.ndarray, storage: Storage) -> Region:
+    row_bytes = storage.row_bytes
+    start = array.__array_interface__["data"][0] - storage.bytes.__array_interface__["data"][0]
+    if array.size == 0:
+        row = start // row_bytes
+        return Region(storage, row, row, 0, 0)
+    row_lo = row_hi = 0
+    col_lo = col_hi = 0
+    for extent, stride in zip(array.shape, array.strides):
+        span = (extent - 1) * stride
+        if stride % row_bytes == 0:
+            row_lo, row_hi = row_lo + min(0, span), row_hi + max(0, span)
+        else:
+            col_lo, col_hi = col_lo + min(0, span), col_hi + max(0, span)
+    first_row, first_col = divmod(start, row_bytes)
+    b0 = first_col + col_lo
+    b1 = first_col + col_hi + array.itemsize
+    r0 = first_row + row_lo // row_bytes
+    r1 = first_row + row_hi // row_bytes + 1
+    if b0 < 0 or b1 > row_bytes:
+        lo = start + row_lo + col_lo
+        hi = start + row_hi + col_hi + array.itemsize
+        r0, r1, b0, b1 = lo // row_bytes, -(-hi // row_bytes), 0, row_bytes
+    return Region(storage, r0, r1, b0, b1)

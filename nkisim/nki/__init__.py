@@ -1,0 +1,10 @@
+"""NKI for nkisim: ``import nkisim.nki as nki`` in place of ``import nki``.
+
+``nki.jit``, ``nki.language`` and ``nki.isa`` have NKI 0.2's names, argument names
+and defaults, so a kernel changes only its imports.
+"""
+
+from nkisim.frontend.jit import Kernel, jit
+from nkisim.nki import isa, language
+
+__all__ = ["Kernel", "isa", "jit", "language"]

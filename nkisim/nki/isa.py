@@ -1,0 +1,39 @@
+"""``nki.isa`` for nkisim: every instruction, with NKI's names, arguments and defaults.
+
+Kernels use it exactly as NKI's: ``import nkisim.nki.isa as nisa``. Each function
+validates its operands, computes its result and schedules it on its engine.
+"""
+
+from __future__ import annotations
+
+from nkisim.errors import KernelError as NkiValidationError
+from nkisim.frontend.context import current_context
+from nkisim.frontend.stubs import STUBS
+from nkisim.hw import Engine as engine  # noqa: N813 - NKI's name
+from nkisim.isa.enums import dge_mode, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+def get_nc_version() -> nc_version:
+    """The NeuronCore version of the running target."""
+    return nc_version(current_context().hw.nc_version)
+
+
+globals().update(STUBS)
+
+__all__ = [
+    "NkiValidationError",
+    "dge_mode",
+    "engine",
+    "get_nc_version",
+    "matmul_perf_mode",
+    "nc_version",
+    "oob_mode",
+    "reduce_cmd",
+    *STUBS,
+]

@@ -1,0 +1,5 @@
+"""Profiles and their exports (text summary, Perfetto/Chrome trace)."""
+
+from nkisim.report.profile import InstructionRecord, Profile
+
+__all__ = ["InstructionRecord", "Profile"]

@@ -1,0 +1,198 @@
+"""Profiles: where a kernel's simulated time goes, as numbers, text and traces."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+
+from nkisim.sim import Timeline
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionRecord:
+    """One executed instruction on the timeline.
+
+    Attributes:
+        index: position in program order.
+        opcode: the instruction name (``tensor_tensor``, ``dma_copy``, ...).
+        engine: the engine or DMA queue it ran on (``Vector``, ``DMA q3``, ...).
+        start_ns, end_ns: when it started and when its results were visible.
+        source: ``file:line`` of the kernel call that issued it.
+        producer: index of the instruction it waited for last, or -1.
+        bytes: bytes moved (DMA).
+        flops: floating-point operations (Tensor Engine).
+    """
+
+    index: int
+    opcode: str
+    engine: str
+    start_ns: float
+    end_ns: float
+    source: str
+    producer: int
+    bytes: int
+    flops: float
+
+    @property
+    def duration_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+
+ENGINE_ORDER = ("Sync", "Tensor", "Vector", "Scalar", "GpSimd", "DMA")
+
+
+class Profile:
+    """The simulated timeline of one kernel run.
+
+    Attributes:
+        target: the hardware generation simulated.
+        reference_clock_ghz: the clock at which ``total_cycles`` is counted.
+    """
+
+    def __init__(self, timeline: Timeline, target: str, reference_clock_ghz: float) -> None:
+        self._tl = timeline
+        self.target = target
+        self.reference_clock_ghz = reference_clock_ghz
+
+    @cached_property
+    def instructions(self) -> list[InstructionRecord]:
+        """Every instruction, in program order."""
+        tl = self._tl
+        return [
+            InstructionRecord(
+                i,
+                tl.opcode[i],
+                tl.track[i],
+                tl.start_ns[i],
+                tl.end_ns[i],
+                str(tl.source[i]),
+                tl.producer[i],
+                tl.bytes[i],
+                tl.flops[i],
+            )
+            for i in range(len(tl))
+        ]
+
+    @property
+    def instruction_count(self) -> int:
+        return len(self._tl)
+
+    @cached_property
+    def total_ns(self) -> float:
+        """From the first instruction's start to the last result (the kernel's latency)."""
+        return max(self._tl.end_ns, default=0.0)
+
+    @property
+    def total_cycles(self) -> int:
+        """``total_ns`` in cycles of the target's reference clock."""
+        return round(self.total_ns * self.reference_clock_ghz)
+
+    @cached_property
+    def engine_busy_ns(self) -> dict[str, float]:
+        """Time each engine spent executing; ``DMA`` is the time any DMA transfer was under way."""
+        busy: dict[str, float] = dict.fromkeys(ENGINE_ORDER[:-1], 0.0)
+        dma_intervals = []
+        tl = self._tl
+        for track, end, occupied in zip(tl.track, tl.end_ns, tl.busy_ns):
+            if track.startswith("DMA"):
+                dma_intervals.append((end - occupied, end))
+            else:
+                busy[track] += occupied
+        busy["DMA"] = _union_length(dma_intervals)
+        return busy
+
+    @cached_property
+    def queue_busy_ns(self) -> dict[str, float]:
+        """Time each DMA queue had a transfer outstanding."""
+        busy: dict[str, float] = defaultdict(float)
+        tl = self._tl
+        for track, start, end in zip(tl.track, tl.start_ns, tl.end_ns):
+            if track.startswith("DMA"):
+                busy[track] += end - start
+        return dict(busy)
+
+    def engine_utilisation(self) -> dict[str, float]:
+        """Busy time of each engine as a fraction of the kernel's total time."""
+        total = self.total_ns or 1.0
+        return {name: ns / total for name, ns in self.engine_busy_ns.items()}
+
+    def summary(self) -> str:
+        """A short text report: total time, per-engine busy %, instruction counts."""
+        counts: dict[str, int] = defaultdict(int)
+        for track in self._tl.track:
+            counts["DMA" if track.startswith("DMA") else track] += 1
+        lines = [
+            f"target {self.target}: {self.total_ns / 1000:.3f} us "
+            f"({self.total_cycles} cycles at {self.reference_clock_ghz} GHz), "
+            f"{self.instruction_count} instructions",
+            f"  {'engine':<8}{'busy us':>12}{'busy %':>9}{'instrs':>9}",
+        ]
+        for name, frac in self.engine_utilisation().items():
+            ns = self.engine_busy_ns[name]
+            lines.append(f"  {name:<8}{ns / 1000:>12.3f}{100 * frac:>8.1f}%{counts.get(name, 0):>9}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_perfetto(self, path: str | os.PathLike[str]) -> None:
+        """Write a Chrome/Perfetto trace JSON: one track per engine and per DMA queue.
+
+        Open it at ui.perfetto.dev or chrome://tracing. Times are in microseconds.
+        """
+        tracks = sorted(set(self._tl.track), key=_track_order)
+        tid = {name: i + 1 for i, name in enumerate(tracks)}
+        events: list[dict[str, object]] = [
+            {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"NeuronCore ({self.target})"}}
+        ]
+        for name in tracks:
+            events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid[name], "args": {"name": name}})
+            events.append(
+                {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid[name], "args": {"sort_index": tid[name]}}
+            )
+        for rec in self.instructions:
+            args: dict[str, object] = {"index": rec.index, "source": rec.source}
+            if rec.bytes:
+                args["bytes"] = rec.bytes
+            if rec.flops:
+                args["flops"] = rec.flops
+            if rec.producer >= 0:
+                args["waits_for"] = rec.producer
+            events.append(
+                {
+                    "name": rec.opcode,
+                    "cat": rec.engine,
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": tid[rec.engine],
+                    "ts": rec.start_ns / 1000.0,
+                    "dur": max(rec.duration_ns, 0.0) / 1000.0,
+                    "args": args,
+                }
+            )
+        with open(path, "w") as fh:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, fh)
+
+
+def _track_order(name: str) -> tuple[int, int]:
+    if name.startswith("DMA q"):
+        return len(ENGINE_ORDER), int(name[5:])
+    return (ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER)), 0
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total = 0.0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start  # type: ignore[operator]
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start  # type: ignore[operator]
+    return total
