@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_EXAMPLES_DIR = _PACKAGE_DIR + "examples" + os.sep
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +33,11 @@ UNKNOWN_LOC = SourceLoc("<unknown>", 0)
 
 
 def user_location(skip: int = 1) -> SourceLoc:
-    """The innermost stack frame that is not part of nkisim itself."""
+    """The innermost stack frame of kernel code: outside nkisim, or in its shipped example kernels."""
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR):
+        if not filename.startswith(_PACKAGE_DIR) or filename.startswith(_EXAMPLES_DIR):
             return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back  # type: ignore[assignment]
     return UNKNOWN_LOC

@@ -73,7 +73,7 @@ class KernelContext:
         )
 
     def _engine(self, spec: InstructionSpec, ops: Any, loc: SourceLoc) -> Engine:
-        requested = getattr(ops, "engine", Engine.unknown)
+        requested = ops.engine if "engine" in spec.operands.model_fields else Engine.unknown
         if requested is Engine.unknown:
             return spec.choose_engine(ops, self.hw) if spec.choose_engine else spec.engines[0]
         if requested not in spec.engines:

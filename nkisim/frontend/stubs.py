@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from pydantic_core import PydanticUndefined
 
-from nkisim.errors import OperandError, user_location
+from nkisim.errors import DtypeError, OperandError, user_location
 from nkisim.frontend.context import current_context
 from nkisim.isa import REGISTRY, InstructionSpec
-from nkisim.memory import Tensor, to_dtype
+from nkisim.memory import Tensor, dtype_name, to_dtype
 
 
 def make_stub(spec: InstructionSpec) -> Callable[..., None]:
@@ -39,7 +40,9 @@ def make_stub(spec: InstructionSpec) -> Callable[..., None]:
                 )
             kwargs[fname] = value
         _drop_redundant_dtype(name, kwargs, loc)
-        current_context().emit(name, kwargs, loc)
+        ctx = current_context()
+        _reject_unknown(name, order, kwargs, loc, ctx.hw.name)
+        ctx.emit(name, kwargs, loc)
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = spec.doc
@@ -48,15 +51,36 @@ def make_stub(spec: InstructionSpec) -> Callable[..., None]:
     return stub
 
 
+def _reject_unknown(name: str, order: list[str], kwargs: dict[str, Any], loc: Any, target: str) -> None:
+    """Name a misspelled keyword itself, before the argument it was meant to be is reported missing."""
+    for key in kwargs:
+        if key not in order:
+            close = difflib.get_close_matches(key, order, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise OperandError(
+                f"is not an argument of this instruction{hint}",
+                loc=loc,
+                instruction=f"nisa.{name}",
+                target=target,
+                operand=key,
+            )
+
+
 def _drop_redundant_dtype(name: str, kwargs: dict[str, Any], loc: Any) -> None:
     """Accept NKI 0.1's ``dtype=`` when it agrees with ``dst`` (some 0.2 tutorials still pass it)."""
     if "dtype" not in kwargs:
         return
     dtype = kwargs.pop("dtype")
     dst = kwargs.get("dst")
-    if dtype is not None and isinstance(dst, Tensor) and to_dtype(dtype) != dst.dtype:
+    if dtype is None or not isinstance(dst, Tensor):
+        return
+    try:
+        same = to_dtype(dtype) == dst.dtype
+    except TypeError as exc:
+        raise DtypeError(str(exc), loc=loc, instruction=f"nisa.{name}", operand="dtype") from None
+    if not same:
         raise OperandError(
-            f"{dtype} differs from dst dtype {dst.dtype}; dst decides the output type",
+            f"{dtype_name(to_dtype(dtype))} differs from dst dtype {dtype_name(dst.dtype)}; dst sets the output type",
             loc=loc,
             instruction=f"nisa.{name}",
             operand="dtype",

@@ -151,10 +151,14 @@ def _accumulate(dst: Tensor, product: np.ndarray) -> None:
     flags_storage = dst.storage.acc_flags
     assert flags_storage is not None
     flags = np.ndarray(dst.shape, np.uint8, flags_storage, dst.byte_offset, dst.array.strides)
-    written = flags.reshape(product.shape) != 0
-    previous = f32(dst).reshape(product.shape)
-    total = np.where(written, previous + product, product)
-    dst.array[...] = cast(total, dst.dtype).reshape(dst.shape)
+    product = product.reshape(dst.shape)
+    if not flags.any():
+        total = product
+    elif flags.all():
+        total = f32(dst) + product
+    else:
+        total = np.where(flags != 0, f32(dst) + product, product)
+    dst.array[...] = cast(total, dst.dtype)
     flags[...] = 1
 
 

@@ -113,13 +113,3 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind == "b":
         return values != 0
     return values.astype(dtype)
-
-
-def poison_value(dtype: np.dtype) -> Any:
-    """The fill of fresh on-chip memory: NaN for floats, a recognisable pattern for integers."""
-    if is_float(dtype):
-        return np.nan
-    if dtype.kind == "b":
-        return True
-    info = np.iinfo(dtype)
-    return info.max if dtype.kind == "u" else info.min

@@ -88,8 +88,13 @@ class Allocation:
     offset: int
     nbytes: int
     partitions: int
-    label: str
+    what: tuple[str, tuple[int, ...], np.dtype]
     loc: SourceLoc | None
+
+    @property
+    def label(self) -> str:
+        name, shape, dtype = self.what
+        return f"{name} {describe(shape, dtype)}"
 
 
 @dataclass
@@ -100,16 +105,16 @@ class OnChipMemory:
     config: OnChipMemoryConfig
     storage: Storage = field(init=False)
     live: dict[int, Allocation] = field(init=False, default_factory=dict)
+    used_bytes: int = field(init=False, default=0)
     peak_bytes: int = field(init=False, default=0)
+    _cursor: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.storage = Storage(self.name, self.config.partitions, self.config.bytes_per_partition)
 
-    @property
-    def used_bytes(self) -> int:
-        return sum(a.nbytes for a in self.live.values())
-
-    def allocate(self, nbytes: int, partitions: int, label: str, loc: SourceLoc | None) -> int:
+    def allocate(
+        self, nbytes: int, partitions: int, what: tuple[str, tuple[int, ...], np.dtype], loc: SourceLoc | None
+    ) -> int:
         """Reserve ``nbytes`` per partition and return the byte offset.
 
         PSUM allocations that fit in one bank never straddle two banks, and larger
@@ -120,24 +125,40 @@ class OnChipMemory:
         """
         align = self.config.alignment_bytes
         size = -(-max(nbytes, 1) // align) * align
-        offset = self._first_fit(size)
+        offset = self._next_fit(size)
         if offset is None:
-            raise CapacityError(self._full_message(nbytes, label), loc=loc)
-        self.live[offset] = Allocation(offset, size, partitions, label, loc)
+            raise CapacityError(self._full_message(nbytes, Allocation(0, nbytes, partitions, what, loc).label), loc=loc)
+        self.live[offset] = Allocation(offset, size, partitions, what, loc)
+        self._cursor = offset + size
+        self.used_bytes += size
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
         return offset
 
     def free(self, offset: int) -> None:
-        self.live.pop(offset, None)
+        freed = self.live.pop(offset, None)
+        if freed is not None:
+            self.used_bytes -= freed.nbytes
 
-    def _first_fit(self, size: int) -> int | None:
+    def _next_fit(self, size: int) -> int | None:
+        """First gap at or after the end of the previous allocation, wrapping around once.
+
+        Rotating through the memory, rather than reusing the bytes freed last, keeps
+        a new tile off the bytes that in-flight instructions still use: the same
+        multi-buffering a compiler does for loop iterations, so they can overlap.
+        """
+        found = self._fit_from(self._cursor, size)
+        return found if found is not None else self._fit_from(0, size)
+
+    def _fit_from(self, cursor: int, size: int) -> int | None:
         bank = self.config.bank_bytes if self.config.banks > 1 else None
-        cursor = 0
         for start in sorted(self.live):
+            end = start + self.live[start].nbytes
+            if end <= cursor:
+                continue
             candidate = self._place(cursor, size, bank)
             if candidate + size <= start:
                 return candidate
-            cursor = max(cursor, start + self.live[start].nbytes)
+            cursor = max(cursor, end)
         candidate = self._place(cursor, size, bank)
         return candidate if candidate + size <= self.config.bytes_per_partition else None
 

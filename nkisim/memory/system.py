@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
 
 from nkisim.errors import SourceLoc
 from nkisim.hw import HwConfig
-from nkisim.memory.dtypes import poison_value
-from nkisim.memory.space import Buffer, OnChipMemory, Storage, describe
+from nkisim.memory.space import Buffer, OnChipMemory, Storage
 from nkisim.memory.tensor import Tensor
 
 
@@ -45,7 +45,7 @@ class MemorySystem:
             storage = self._hbm_storage(shape, dtype.itemsize)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
         if self.poison:
-            tensor.array[...] = poison_value(dtype)
+            _poison(tensor)
         return tensor
 
     def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
@@ -60,8 +60,8 @@ class MemorySystem:
     ) -> Tensor:
         memory = self.on_chip(buffer)
         partitions = shape[0]
-        free_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-        offset = memory.allocate(free_bytes, partitions, f"{name} {describe(shape, dtype)}", loc)
+        free_bytes = math.prod(shape[1:]) * dtype.itemsize
+        offset = memory.allocate(free_bytes, partitions, (name, shape, dtype), loc)
         storage = memory.storage
         array = np.ndarray(
             shape=shape,
@@ -78,7 +78,7 @@ class MemorySystem:
 
     def _hbm_storage(self, shape: tuple[int, ...], itemsize: int) -> Storage:
         rows = shape[0] if len(shape) >= 2 else 1
-        row_bytes = int(np.prod(shape[1:] if len(shape) >= 2 else shape, dtype=np.int64)) * itemsize
+        row_bytes = math.prod(shape[1:] if len(shape) >= 2 else shape) * itemsize
         storage = Storage("hbm", max(rows, 1), max(row_bytes, 1), self._hbm_next_address)
         nbytes = storage.rows * storage.row_bytes
         self._hbm_next_address += -(-nbytes // 4096) * 4096
@@ -97,5 +97,15 @@ def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...
 
 def _typed_view(storage: Storage, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     flat = storage.bytes.reshape(-1)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     return flat[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def _poison(tensor: Tensor) -> None:
+    """Fill with all-ones bytes: NaN for every float type, -1 or the maximum for integers."""
+    array = tensor.array
+    if array.flags.c_contiguous:
+        array.view(np.uint8).fill(0xFF)
+    else:  # an on-chip tile: the same byte range in each partition
+        offset = tensor.byte_offset
+        tensor.storage.bytes[: tensor.partitions, offset : offset + tensor.free_size * tensor.itemsize].fill(0xFF)

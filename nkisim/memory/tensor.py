@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import BoundsError, OperandError
+from nkisim.errors import BoundsError, OperandError, ShapeError
 from nkisim.memory.dtypes import dtype_name
 from nkisim.memory.space import Buffer, Storage
 
@@ -115,13 +115,22 @@ class Tensor:
         return Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
 
     def reshape(self, shape: tuple[int, ...] | list[int]) -> Tensor:
-        """A view with a new shape over the same elements (the view must be contiguous)."""
+        """A view with a new shape over the same elements.
+
+        On chip, dim 0 stays the partition dim: only the free dims are reshaped, and
+        the new shape must be expressible as a view (no copy) of each partition's bytes.
+        """
         shape = tuple(int(s) for s in shape)
         if int(np.prod(shape, dtype=np.int64)) != self.array.size:
             raise OperandError(f"cannot reshape {list(self.shape)} to {list(shape)}: element counts differ")
-        if not self.array.flags.c_contiguous:
-            raise OperandError(f"cannot reshape a non-contiguous view of {self.name}")
+        if self.buffer.is_on_chip and (len(shape) < 2 or shape[0] != self.shape[0]):
+            raise ShapeError(
+                f"cannot reshape {list(self.shape)} to {list(shape)}: an on-chip tensor keeps its "
+                f"partition dim {self.shape[0]} at dim 0, followed by at least one free dim"
+            )
         view = self.array.reshape(shape)
+        if not np.may_share_memory(view, self.array):  # numpy had to copy: not a view of these bytes
+            raise OperandError(f"cannot reshape a non-contiguous view of {self.name} to {list(shape)}")
         return Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
 
     def _normalise_index(self, index: Any) -> tuple[Any, ...]:
@@ -177,6 +186,8 @@ def _check_slice(item: slice, extent: int, dim: int, tensor: Tensor) -> slice:
         raise BoundsError(
             f"slice {item.start}:{item.stop} is out of bounds for dim {dim} of size {extent} of {tensor!r}"
         )
+    if start == stop:
+        raise BoundsError(f"slice {item.start}:{item.stop} selects no elements of dim {dim} of {tensor!r}")
     return slice(start, stop, step)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import KernelError, ShapeError, user_location
+from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.hw import load_target
 from nkisim.isa.ops import OPS
@@ -46,7 +46,7 @@ def _buffer(value: Any) -> Buffer:
     try:
         return Buffer(value)
     except ValueError:
-        raise KernelError(
+        raise OperandError(
             f"unknown buffer {value!r}; use nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or nl.shared_hbm"
         ) from None
 
@@ -79,7 +79,7 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tenso
     try:
         dt = to_dtype(dtype)
     except TypeError as exc:
-        raise KernelError(f"nl.ndarray: {exc}", loc=loc) from None
+        raise DtypeError(f"nl.ndarray: {exc}", loc=loc) from None
     return ctx.memory.new_tensor(dims, dt, buf, name, loc)
 
 
@@ -96,7 +96,10 @@ def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
 def shared_constant(constant: Any, dtype: Any = None) -> Tensor:
     """An HBM tensor holding compile-time constant data."""
     values = np.asarray(constant)
-    dt = to_dtype(dtype if dtype is not None else values.dtype)
+    try:
+        dt = to_dtype(dtype if dtype is not None else values.dtype)
+    except TypeError as exc:
+        raise DtypeError(f"nl.shared_constant: {exc}") from None
     return current_context().memory.hbm_tensor_from(values.astype(dt), dt, "shared_constant")
 
 
@@ -206,6 +209,8 @@ def program_ndim() -> int:
 def device_print(print_prefix: str, tensor: Tensor) -> None:
     """Print a tensor's current values, prefixed, when the kernel reaches this line."""
     current_context()
+    if not isinstance(tensor, Tensor):
+        raise OperandError(f"nl.device_print: tensor must be an NKI tensor, got {type(tensor).__name__}")
     print(f"{print_prefix} {tensor.name}{list(tensor.shape)}:\n{np.asarray(tensor.array)}")
 
 

@@ -2,37 +2,59 @@
 
 Every storage (SBUF, PSUM, each HBM tensor) is covered by a grid of cells: one row
 per partition (or a few HBM rows) by a few dozen bytes. Each cell remembers when
-its last write and its last read finish and which instruction wrote it. An
+its last write and its latest read finish, and which instructions those were. An
 instruction may start only after
 
 * the last writer of every cell it reads (RAW),
-* the last writer and readers of every cell it writes (WAW, WAR).
+* the last writer and the readers of every cell it writes (WAW, WAR).
 
 Cells are aligned to the allocation granule, so distinct tiles never share one; two
-slices of one tile that share a cell are ordered conservatively.
+slices of one tile that share a cell are ordered conservatively. The cell loops are
+compiled with numba: one pass per region instead of several numpy reductions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from nkisim.memory import Region, Storage
 
 
+@numba.njit(cache=True, nogil=True)
+def _latest(ends: np.ndarray, ids: np.ndarray, r0: int, r1: int, c0: int, c1: int, best: float, who: int):
+    for r in range(r0, r1):
+        for c in range(c0, c1):
+            t = ends[r, c]
+            if t > best:
+                best = t
+                who = ids[r, c]
+    return best, who
+
+
+@numba.njit(cache=True, nogil=True)
+def _record_read(ends: np.ndarray, ids: np.ndarray, r0: int, r1: int, c0: int, c1: int, end: float, index: int) -> None:
+    for r in range(r0, r1):
+        for c in range(c0, c1):
+            if ends[r, c] < end:
+                ends[r, c] = end
+                ids[r, c] = index
+
+
 @dataclass
 class _Grid:
     write_end: np.ndarray
-    read_end: np.ndarray
     writer: np.ndarray
+    read_end: np.ndarray
     reader: np.ndarray
     row_granule: int
     col_granule: int
 
-    def cells(self, region: Region) -> tuple[slice, slice]:
+    def cells(self, region: Region) -> tuple[int, int, int, int]:
         rg, cg = self.row_granule, self.col_granule
-        return slice(region.r0 // rg, -(-region.r1 // rg)), slice(region.b0 // cg, -(-region.b1 // cg))
+        return region.r0 // rg, -(-region.r1 // rg), region.b0 // cg, -(-region.b1 // cg)
 
 
 class AccessTracker:
@@ -47,8 +69,8 @@ class AccessTracker:
             shape = (-(-storage.rows // storage.row_granule), -(-storage.row_bytes // storage.col_granule))
             grid = _Grid(
                 write_end=np.zeros(shape),
-                read_end=np.zeros(shape),
                 writer=np.full(shape, -1, dtype=np.int64),
+                read_end=np.zeros(shape),
                 reader=np.full(shape, -1, dtype=np.int64),
                 row_granule=storage.row_granule,
                 col_granule=storage.col_granule,
@@ -59,35 +81,23 @@ class AccessTracker:
     def ready(self, reads: list[Region], writes: list[Region]) -> tuple[float, int]:
         """The earliest start allowed by data dependencies, and the instruction that sets it (-1: none)."""
         best, producer = 0.0, -1
-        for region, is_write in [(r, False) for r in reads] + [(w, True) for w in writes]:
-            if region.r1 <= region.r0 or region.b1 <= region.b0:
-                continue
+        for region in reads:
             grid = self._grid(region.storage)
-            rows, cols = grid.cells(region)
-            written = grid.write_end[rows, cols]
-            t = float(written.max())
-            if t > best:
-                best = t
-                flat = int(written.argmax())
-                producer = int(grid.writer[rows, cols].reshape(-1)[flat])
-            if is_write:
-                read = grid.read_end[rows, cols]
-                read_t = float(read.max())
-                if read_t > best:
-                    best = read_t
-                    producer = int(grid.reader[rows, cols].reshape(-1)[int(read.argmax())])
+            best, producer = _latest(grid.write_end, grid.writer, *grid.cells(region), best, producer)
+        for region in writes:
+            grid = self._grid(region.storage)
+            cells = grid.cells(region)
+            best, producer = _latest(grid.write_end, grid.writer, *cells, best, producer)
+            best, producer = _latest(grid.read_end, grid.reader, *cells, best, producer)
         return best, producer
 
     def commit(self, reads: list[Region], writes: list[Region], end: float, index: int) -> None:
         """Record that instruction ``index`` reads and writes these regions until ``end``."""
         for region in reads:
             grid = self._grid(region.storage)
-            rows, cols = grid.cells(region)
-            later = grid.read_end[rows, cols] < end
-            grid.read_end[rows, cols][later] = end
-            grid.reader[rows, cols][later] = index
+            _record_read(grid.read_end, grid.reader, *grid.cells(region), end, index)
         for region in writes:
             grid = self._grid(region.storage)
-            rows, cols = grid.cells(region)
-            grid.write_end[rows, cols] = end
-            grid.writer[rows, cols] = index
+            r0, r1, c0, c1 = grid.cells(region)
+            grid.write_end[r0:r1, c0:c1] = end
+            grid.writer[r0:r1, c0:c1] = index
