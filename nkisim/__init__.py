@@ -18,12 +18,13 @@ from nkisim.errors import (
     SourceLoc,
     TargetError,
 )
-from nkisim.frontend import ExecutionError, Kernel, RunResult, jit, run
+from nkisim.frontend import ArraySpec, ExecutionError, Kernel, RunResult, jit, output_specs, profile, run
 from nkisim.report import InstructionRecord, Profile
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArraySpec",
     "BoundsError",
     "CapacityError",
     "DtypeError",
@@ -39,5 +40,7 @@ __all__ = [
     "SourceLoc",
     "TargetError",
     "jit",
+    "output_specs",
+    "profile",
     "run",
 ]

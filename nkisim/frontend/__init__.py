@@ -1,6 +1,17 @@
 """Tracing: ``@jit``, argument binding, the running kernel context and the ``nki.isa`` stubs."""
 
 from nkisim.frontend.context import ExecutionError, KernelContext, current_context
-from nkisim.frontend.jit import Kernel, RunResult, jit, run
+from nkisim.frontend.jit import ArraySpec, Kernel, RunResult, jit, output_specs, profile, run
 
-__all__ = ["ExecutionError", "Kernel", "KernelContext", "RunResult", "current_context", "jit", "run"]
+__all__ = [
+    "ArraySpec",
+    "ExecutionError",
+    "Kernel",
+    "KernelContext",
+    "RunResult",
+    "current_context",
+    "jit",
+    "output_specs",
+    "profile",
+    "run",
+]

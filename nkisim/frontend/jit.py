@@ -6,14 +6,14 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from nkisim.errors import KernelError, OperandError, SourceLoc
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
 from nkisim.hw import HwConfig, load_target
-from nkisim.memory import Tensor, to_dtype
+from nkisim.memory import Buffer, Tensor, to_dtype
 from nkisim.report import Profile
 
 
@@ -81,6 +81,13 @@ class _Both:
     kwargs: dict[str, Any]
 
 
+class ArraySpec(NamedTuple):
+    """An input known only by its shape and dtype (for timing without values)."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+
 def run(
     kernel: Kernel | Callable[..., Any],
     inputs: Sequence[Any] | Mapping[str, Any] = (),
@@ -97,11 +104,45 @@ def run(
         target: ``trn1``, ``inf2``, ``trn2``, ``trn3`` (or an ``HwConfig``); by default
             the kernel's ``platform_target``, the environment, then ``trn1``.
     """
+    ctx, returned = _simulate(kernel, inputs, target, compute=True)
+    return RunResult(_collect(returned), _profile_of(ctx), ctx.hw.name)
+
+
+def profile(
+    kernel: Kernel | Callable[..., Any],
+    inputs: Sequence[Any] | Mapping[str, Any] = (),
+    *,
+    target: str | HwConfig | None = None,
+) -> Profile:
+    """The simulated timeline of ``kernel``; inputs may be arrays or ``(shape, dtype)`` pairs.
+
+    When any input is given by shape and dtype alone, no values are computed (as a
+    hardware benchmark ignores input values): the timeline is the same as
+    :func:`run` gives for arrays of those shapes, and the run is much faster.
+    """
+    args, kwargs = _split(inputs)
+    abstract = any(_as_spec(v) is not None for v in (*args, *kwargs.values()))
+    ctx, _ = _simulate(kernel, inputs, target, compute=not abstract)
+    return _profile_of(ctx)
+
+
+def output_specs(
+    kernel: Kernel | Callable[..., Any], inputs: Sequence[Any] | Mapping[str, Any], *, target: Any = None
+) -> Any:
+    """Shapes and dtypes of what ``kernel`` returns, traced without computing values."""
+    abstract_inputs = _abstract(inputs)
+    _, returned = _simulate(kernel, abstract_inputs, target, compute=False)
+    return _collect_specs(returned)
+
+
+def _simulate(
+    kernel: Kernel | Callable[..., Any], inputs: Any, target: str | HwConfig | None, compute: bool
+) -> tuple[KernelContext, Any]:
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
     hw = load_target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)
-    ctx = KernelContext(hw)
+    ctx = KernelContext(hw, compute=compute)
     bound = _bind(kernel, args, kwargs)
     for name, value in bound.arguments.items():
         bound.arguments[name] = _to_hbm(ctx, name, value, kernel)
@@ -110,8 +151,35 @@ def run(
         returned = kernel.func(*bound.args, **bound.kwargs)
     finally:
         leave(token)
-    outputs = _collect(returned)
-    return RunResult(outputs, Profile(ctx.scheduler.timeline, hw.name, hw.reference_clock_ghz), hw.name)
+    return ctx, returned
+
+
+def _profile_of(ctx: KernelContext) -> Profile:
+    return Profile(ctx.scheduler.timeline, ctx.hw.name, ctx.hw.reference_clock_ghz)
+
+
+def _as_spec(value: Any) -> ArraySpec | None:
+    if isinstance(value, ArraySpec):
+        return value
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], (tuple, list))
+        and all(isinstance(d, (int, np.integer)) for d in value[0])
+        and not isinstance(value[1], (tuple, list, int))
+    ):
+        return ArraySpec(tuple(int(d) for d in value[0]), value[1])
+    return None
+
+
+def _abstract(inputs: Any) -> Any:
+    def spec(value: Any) -> Any:
+        if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, Tensor):
+            return ArraySpec(tuple(value.shape), value.dtype)
+        return value
+
+    args, kwargs = _split(inputs)
+    return _Both(tuple(spec(v) for v in args), {k: spec(v) for k, v in kwargs.items()})
 
 
 def _split(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -141,15 +209,32 @@ def _kernel_loc(kernel: Kernel) -> SourceLoc:
 
 
 def _to_hbm(ctx: KernelContext, name: str, value: Any, kernel: Kernel) -> Any:
-    if isinstance(value, (tuple, list)) and any(isinstance(v, np.ndarray) for v in value):
+    spec = _as_spec(value)
+    if spec is None and isinstance(value, (tuple, list)) and any(isinstance(v, np.ndarray) for v in value):
         return type(value)(_to_hbm(ctx, f"{name}[{i}]", v, kernel) for i, v in enumerate(value))
-    if not isinstance(value, np.ndarray):
+    if spec is None and not isinstance(value, np.ndarray):
         return value
     try:
-        dtype = to_dtype(value.dtype)
+        dtype = to_dtype(value.dtype if spec is None else spec.dtype)
     except TypeError as exc:
         raise OperandError(str(exc), loc=_kernel_loc(kernel), operand=f"input {name!r}") from None
+    if spec is not None:
+        if ctx.compute:
+            raise OperandError(
+                "is given by shape and dtype only; nkisim.run needs arrays (nkisim.profile takes shapes)",
+                loc=_kernel_loc(kernel),
+                operand=f"input {name!r}",
+            )
+        return ctx.memory.new_tensor(spec.shape, dtype, Buffer.shared_hbm, name)
     return ctx.memory.hbm_tensor_from(value, dtype, name)
+
+
+def _collect_specs(returned: Any) -> Any:
+    if isinstance(returned, Tensor):
+        return ArraySpec(returned.shape, returned.dtype)
+    if isinstance(returned, (tuple, list)):
+        return tuple(_collect_specs(item) for item in returned)
+    return returned
 
 
 def _collect(returned: Any) -> Any:
