@@ -7,8 +7,7 @@ import numpy as np
 from nkisim.errors import OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa.common import check_in, write
-from nkisim.isa.spec import Check, Cost, EngineState, Operands, Out, instruction
-from nkisim.isa.vector import per_element_cost
+from nkisim.isa.spec import Check, Cost, EngineState, Operands, Out, engine_cost, instruction
 from nkisim.memory import Buffer
 
 
@@ -29,7 +28,8 @@ def _iota_validate(ops: IotaOps, chk: Check) -> None:
 
 
 def _iota_cost(ops: IotaOps, hw: HwConfig, engine: Engine) -> Cost:
-    return per_element_cost(engine, hw, ops.dst.free_size)
+    """``GPSIMD_START + N`` GpSimd cycles."""
+    return engine_cost(hw, engine, hw.gpsimd.startup_cycles + ops.dst.free_size)
 
 
 @instruction("iota", IotaOps, engines=(Engine.gpsimd,), cost=_iota_cost, validate=_iota_validate)

@@ -44,9 +44,8 @@ FP16 = to_dtype("float16")
 
 
 def per_element_cost(engine: Engine, hw: HwConfig, n: int, cycles_per_element: float = 1.0) -> Cost:
-    """``max(MIN_II, N * cycles_per_element)`` engine cycles (plus GpSimd start-up)."""
-    cfg = hw.engine(engine)
-    cycles = max(cfg.min_ii_cycles, n * cycles_per_element) + cfg.startup_cycles * (engine is Engine.gpsimd)
+    """``max(MIN_II, N * cycles_per_element)`` engine cycles."""
+    cycles = max(hw.engine(engine).min_ii_cycles, n * cycles_per_element)
     return engine_cost(hw, engine, cycles)
 
 

@@ -24,13 +24,31 @@ from nkisim.memory import Region, Storage
 
 
 @numba.njit(cache=True, nogil=True)
-def _latest(ends: np.ndarray, ids: np.ndarray, r0: int, r1: int, c0: int, c1: int, best: float, who: int):
+def _latest(
+    ends: np.ndarray,
+    ids: np.ndarray,
+    r0: int,
+    r1: int,
+    c0: int,
+    c1: int,
+    tracks: np.ndarray,
+    track: int,
+    sync_ns: float,
+    best: float,
+    who: int,
+):
+    """The latest ``end`` over the cells, plus ``sync_ns`` where the producer is on another track."""
     for r in range(r0, r1):
         for c in range(c0, c1):
+            producer = ids[r, c]
+            if producer < 0:
+                continue
             t = ends[r, c]
+            if tracks[producer] != track:
+                t += sync_ns
             if t > best:
                 best = t
-                who = ids[r, c]
+                who = producer
     return best, who
 
 
@@ -58,10 +76,16 @@ class _Grid:
 
 
 class AccessTracker:
-    """Answers "when may this instruction start?" and records when it is done."""
+    """Answers "when may this instruction start?" and records when it is done.
 
-    def __init__(self) -> None:
+    A producer on another engine or queue is waited for through a semaphore, which
+    costs ``sync_ns`` more than waiting on the same in-order queue.
+    """
+
+    def __init__(self, sync_ns: float) -> None:
         self._grids: dict[int, _Grid] = {}
+        self.sync_ns = sync_ns
+        self._tracks = np.zeros(1024, dtype=np.int32)
 
     def _grid(self, storage: Storage) -> _Grid:
         grid = self._grids.get(storage.uid)
@@ -78,21 +102,26 @@ class AccessTracker:
             self._grids[storage.uid] = grid
         return grid
 
-    def ready(self, reads: list[Region], writes: list[Region]) -> tuple[float, int]:
-        """The earliest start allowed by data dependencies, and the instruction that sets it (-1: none)."""
+    def ready(self, reads: list[Region], writes: list[Region], track: int) -> tuple[float, int]:
+        """The earliest start on ``track`` allowed by data dependencies, and the instruction that sets it."""
         best, producer = 0.0, -1
+        tracks, sync = self._tracks, self.sync_ns
         for region in reads:
             grid = self._grid(region.storage)
-            best, producer = _latest(grid.write_end, grid.writer, *grid.cells(region), best, producer)
+            cells = grid.cells(region)
+            best, producer = _latest(grid.write_end, grid.writer, *cells, tracks, track, sync, best, producer)
         for region in writes:
             grid = self._grid(region.storage)
             cells = grid.cells(region)
-            best, producer = _latest(grid.write_end, grid.writer, *cells, best, producer)
-            best, producer = _latest(grid.read_end, grid.reader, *cells, best, producer)
+            best, producer = _latest(grid.write_end, grid.writer, *cells, tracks, track, sync, best, producer)
+            best, producer = _latest(grid.read_end, grid.reader, *cells, tracks, track, sync, best, producer)
         return best, producer
 
-    def commit(self, reads: list[Region], writes: list[Region], end: float, index: int) -> None:
-        """Record that instruction ``index`` reads and writes these regions until ``end``."""
+    def commit(self, reads: list[Region], writes: list[Region], end: float, index: int, track: int) -> None:
+        """Record that instruction ``index`` on ``track`` reads and writes these regions until ``end``."""
+        if index >= len(self._tracks):
+            self._tracks = np.concatenate([self._tracks, np.zeros_like(self._tracks)])
+        self._tracks[index] = track
         for region in reads:
             grid = self._grid(region.storage)
             _record_read(grid.read_end, grid.reader, *grid.cells(region), end, index)

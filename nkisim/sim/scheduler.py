@@ -75,7 +75,8 @@ class Scheduler:
 
     def __init__(self, hw: HwConfig) -> None:
         self.hw = hw
-        self.tracker = AccessTracker()
+        self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
+        self._track_ids: dict[str, int] = {}
         self.timeline = Timeline()
         self._engine_free = {e: 0.0 for e in QUEUED_ENGINES}
         self._queue_free = [0.0] * hw.dma.queues
@@ -86,15 +87,14 @@ class Scheduler:
     ) -> tuple[float, float]:
         """Place one instruction on the timeline; returns its (start, end) in ns."""
         tl = self.timeline
-        ready, producer = self.tracker.ready(reads, writes)
         if engine is Engine.dma:
             queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
             track = f"DMA q{queue}"
         else:
             queue = -1
             track = engine.title
-        if producer >= 0 and tl.track[producer] != track:
-            ready += self.hw.sync.semaphore_latency_ns
+        track_id = self._track_ids.setdefault(track, len(self._track_ids))
+        ready, producer = self.tracker.ready(reads, writes, track_id)
         if queue >= 0:
             start = max(ready, self._queue_free[queue])
             data_start = self._dma_bandwidth.book(start + cost.latency_ns, cost.busy_ns)
@@ -105,7 +105,7 @@ class Scheduler:
             end = start + cost.busy_ns + cost.latency_ns
             self._engine_free[engine] = start + cost.busy_ns
         index = len(tl)
-        self.tracker.commit(reads, writes, end, index)
+        self.tracker.commit(reads, writes, end, index, track_id)
         tl.opcode.append(opcode)
         tl.track.append(track)
         tl.start_ns.append(start)

@@ -1,0 +1,832 @@
+"""Timing tests: every expected number is a formula over the documented hw constants.
+
+Formulas (NKI 0.1 "Estimated instruction cost" sections and the DMA guide), with
+``N`` the elements per partition and ``MIN_II`` the engine's minimum initiation
+interval:
+
+* Vector/Scalar element-wise: ``max(MIN_II, N)`` engine cycles at the engine clock.
+* tensor_tensor on Vector, both inputs in SBUF: ``max(MIN_II, 2N)``, except bf16
+  add/multiply/subtract (all operands bf16) and one input in PSUM: ``max(MIN_II, N)``.
+* tensor_reduce of bf16 with add/max, memset of zero into a 16-bit tile: ``max(MIN_II, N/2)``.
+* iota on GpSimd: ``GPSIMD_START + N`` cycles (``GPSIMD_START`` ~150).
+* nc_matmul: ``max(min(64, N_stationary), N_moving)`` PE cycles, x4 for fp32.
+* nc_transpose on Tensor: a matmul against an identity: ``max(min(64, F), P)``.
+* dma_copy: ``fixed_latency + bytes / (engines x bytes_per_ns_per_engine)``.
+* A consumer on another engine (or DMA queue) than its producer waits one semaphore latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nkisim
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+from nkisim.hw import load_target
+
+REL = 1e-9
+TARGETS = ("trn1", "trn2", "trn3")
+P = 128
+
+
+def profile_of(kernel, inputs=(), target="trn1"):
+    return nkisim.run(kernel, list(inputs), target=target).profile
+
+
+def only(profile):
+    """The one instruction of a single-instruction kernel, checked to start at time zero."""
+    (rec,) = profile.instructions
+    assert rec.start_ns == 0.0
+    assert profile.total_ns == rec.end_ns
+    return rec
+
+
+def dma_bandwidth(hw):
+    """Aggregate DMA bandwidth of one NeuronCore in bytes/ns: a transfer is spread over every DMA engine."""
+    return hw.dma.engines * hw.dma.bytes_per_ns_per_engine
+
+
+def dma_ns(hw, nbytes):
+    return hw.dma.fixed_latency_ns + nbytes / dma_bandwidth(hw)
+
+
+def sbuf(shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+
+
+def psum(shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.psum)
+
+
+# -- single instructions: Vector Engine -----------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("n", [512, 2048, 16])
+def test_tensor_tensor_two_sbuf_fp32_runs_at_half_rate(target, n):
+    hw = load_target(target)
+
+    def kernel():
+        a, b, c = sbuf((P, n)), sbuf((P, n)), sbuf((P, n))
+        nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.add)
+
+    rec = only(profile_of(kernel, target=target))
+    assert (rec.opcode, rec.engine) == ("tensor_tensor", "Vector")
+    expected = max(hw.vector.min_ii_cycles, 2 * n) / hw.vector.clock_ghz
+    assert rec.end_ns == pytest.approx(expected, rel=REL)
+
+
+def test_tensor_tensor_128x512_fp32_matches_the_worked_example():
+    hw = load_target("trn1")
+
+    def kernel():
+        a, b, c = sbuf((P, 512)), sbuf((P, 512)), sbuf((P, 512))
+        nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.multiply)
+
+    rec = only(profile_of(kernel))
+    assert hw.vector.clock_ghz == 1.12 and hw.vector.min_ii_cycles == 64
+    assert rec.end_ns == pytest.approx(max(64, 2 * 512) / 1.12, rel=REL)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "op", "data2_buffer", "cycles_per_element"),
+    [
+        # bf16 add/multiply/subtract with both inputs in SBUF: the fast path.
+        (nl.bfloat16, nl.add, nl.sbuf, 1),
+        (nl.bfloat16, nl.multiply, nl.sbuf, 1),
+        (nl.bfloat16, nl.subtract, nl.sbuf, 1),
+        # bf16 but another operator: still the slow path.
+        (nl.bfloat16, nl.maximum, nl.sbuf, 2),
+        # fp32 with both inputs in SBUF: slow path.
+        (nl.float32, nl.subtract, nl.sbuf, 2),
+        # one input in PSUM: the fast path whatever the dtype and operator.
+        (nl.float32, nl.add, nl.psum, 1),
+        (nl.float32, nl.maximum, nl.psum, 1),
+    ],
+)
+def test_tensor_tensor_fast_and_slow_paths(dtype, op, data2_buffer, cycles_per_element):
+    hw = load_target("trn1")
+    n = 512
+
+    def kernel():
+        a = sbuf((P, n), dtype)
+        b = nl.ndarray((P, n), dtype=dtype, buffer=data2_buffer)
+        c = sbuf((P, n), dtype)
+        nisa.tensor_tensor(dst=c, data1=a, data2=b, op=op)
+
+    rec = only(profile_of(kernel))
+    assert rec.engine == "Vector"
+    expected = max(hw.vector.min_ii_cycles, cycles_per_element * n) / hw.vector.clock_ghz
+    assert rec.end_ns == pytest.approx(expected, rel=REL)
+
+
+def test_tensor_tensor_fast_path_needs_bf16_output_too():
+    """The bf16 fast path is for all-bf16 operands; a float32 dst makes it the 2N path."""
+    hw = load_target("trn1")
+    n = 512
+
+    def kernel():
+        a, b = sbuf((P, n), nl.bfloat16), sbuf((P, n), nl.bfloat16)
+        c = sbuf((P, n), nl.float32)
+        nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.add)
+
+    rec = only(profile_of(kernel))
+    assert rec.end_ns == pytest.approx(max(hw.vector.min_ii_cycles, 2 * n) / hw.vector.clock_ghz, rel=REL)
+
+
+@pytest.mark.parametrize("n", [512, 100, 10])
+@pytest.mark.parametrize("engine", ["vector", "scalar"])
+def test_tensor_scalar(n, engine):
+    hw = load_target("trn1")
+    cfg = hw.vector if engine == "vector" else hw.scalar
+
+    def kernel():
+        x, y = sbuf((P, n)), sbuf((P, n))
+        kwargs = {} if engine == "vector" else {"engine": nisa.scalar_engine}
+        nisa.tensor_scalar(dst=y, data=x, op0=nl.multiply, operand0=2.0, op1=nl.add, operand1=1.0, **kwargs)
+
+    rec = only(profile_of(kernel))
+    assert rec.engine == engine.title()
+    assert rec.end_ns == pytest.approx(max(cfg.min_ii_cycles, n) / cfg.clock_ghz, rel=REL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("n", [1024, 30])
+def test_activation(target, n):
+    hw = load_target(target)
+
+    def kernel():
+        x, y = sbuf((P, n)), sbuf((P, n))
+        nisa.activation(dst=y, op=nl.exp, data=x)
+
+    rec = only(profile_of(kernel, target=target))
+    assert (rec.opcode, rec.engine) == ("activation", "Scalar")
+    assert rec.end_ns == pytest.approx(max(hw.scalar.min_ii_cycles, n) / hw.scalar.clock_ghz, rel=REL)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "op", "n", "cycles"),
+    [
+        (nl.float32, nl.add, 512, lambda mii, n: max(mii, n)),
+        (nl.float32, nl.maximum, 512, lambda mii, n: max(mii, n)),
+        (nl.bfloat16, nl.add, 512, lambda mii, n: max(mii, n / 2)),
+        (nl.bfloat16, nl.maximum, 512, lambda mii, n: max(mii, n / 2)),
+        (nl.bfloat16, nl.multiply, 512, lambda mii, n: max(mii, n)),
+        # N/2 below MIN_II: the floor wins.
+        (nl.bfloat16, nl.add, 100, lambda mii, n: max(mii, n / 2)),
+    ],
+)
+def test_tensor_reduce(dtype, op, n, cycles):
+    hw = load_target("trn1")
+
+    def kernel():
+        x, r = sbuf((P, n), dtype), sbuf((P, 1), dtype)
+        nisa.tensor_reduce(dst=r, op=op, data=x, axis=1)
+
+    rec = only(profile_of(kernel))
+    assert (rec.opcode, rec.engine) == ("tensor_reduce", "Vector")
+    assert rec.end_ns == pytest.approx(cycles(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz, rel=REL)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "elements_per_cycle"),
+    [
+        (nl.float32, 1.0, 1),
+        (nl.float32, 0, 1),  # zero, but not a 16-bit type
+        (nl.bfloat16, 0, 2),
+        (nl.float16, 0, 2),
+        (nl.bfloat16, 3.0, 1),  # 16-bit, but not zero
+    ],
+)
+def test_memset(dtype, value, elements_per_cycle):
+    hw = load_target("trn1")
+    n = 1024
+
+    def kernel():
+        nisa.memset(dst=sbuf((P, n), dtype), value=value)
+
+    rec = only(profile_of(kernel))
+    assert (rec.opcode, rec.engine) == ("memset", "Vector")
+    expected = max(hw.vector.min_ii_cycles, n / elements_per_cycle) / hw.vector.clock_ghz
+    assert rec.end_ns == pytest.approx(expected, rel=REL)
+
+
+def test_nl_zeros_on_chip_is_a_memset_of_zero():
+    hw = load_target("trn1")
+
+    def kernel():
+        nl.zeros((P, 256), dtype=nl.bfloat16, buffer=nl.sbuf)
+
+    rec = only(profile_of(kernel))
+    assert rec.opcode == "memset"
+    assert rec.end_ns == pytest.approx(max(hw.vector.min_ii_cycles, 256 / 2) / hw.vector.clock_ghz, rel=REL)
+
+
+# -- single instructions: GpSimd Engine -----------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_iota_pays_gpsimd_startup(target):
+    hw = load_target(target)
+    n = 512
+
+    def kernel():
+        nisa.iota(dst=sbuf((P, n), nl.int32), pattern=[[1, n]], offset=0)
+
+    rec = only(profile_of(kernel, target=target))
+    assert (rec.opcode, rec.engine) == ("iota", "GpSimd")
+    assert hw.gpsimd.startup_cycles == 150
+    expected = (hw.gpsimd.startup_cycles + n) / hw.gpsimd.clock_ghz
+    assert rec.end_ns == pytest.approx(expected, rel=REL)
+
+
+def test_iota_small_tile_is_startup_plus_n():
+    hw = load_target("trn1")
+    n = 32
+
+    def kernel():
+        nisa.iota(dst=sbuf((P, n), nl.int32), pattern=[[1, n]], offset=0)
+
+    rec = only(profile_of(kernel))
+    assert rec.end_ns == pytest.approx((hw.gpsimd.startup_cycles + n) / hw.gpsimd.clock_ghz, rel=REL)
+
+
+# -- single instructions: Tensor Engine -----------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    ("m", "n"),
+    [
+        (128, 512),  # moving-bound
+        (128, 100),
+        (128, 32),  # N_moving < 64: the min(64, N_stationary) floor
+        (16, 8),  # both small: the floor is N_stationary
+        (16, 40),
+        (64, 64),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_nc_matmul(target, m, n, dtype):
+    hw = load_target(target)
+    dt = getattr(nl, dtype)
+
+    def kernel():
+        stationary, moving = sbuf((P, m), dt), sbuf((P, n), dt)
+        nisa.nc_matmul(dst=psum((m, n)), stationary=stationary, moving=moving)
+
+    rec = only(profile_of(kernel, target=target))
+    assert (rec.opcode, rec.engine) == ("nc_matmul", "Tensor")
+    cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n)
+    if dtype == "float32":
+        cycles *= hw.tensor.fp32_cycle_factor
+    assert rec.end_ns == pytest.approx(cycles / hw.tensor.clock_ghz, rel=REL)
+    assert rec.flops == 2 * P * m * n
+
+
+def test_nc_matmul_fp32_is_four_times_bf16():
+    hw = load_target("trn1")
+    times = {}
+    for name in ("bfloat16", "float32"):
+        dt = getattr(nl, name)
+
+        def kernel(dt=dt):
+            nisa.nc_matmul(dst=psum((P, 512)), stationary=sbuf((P, P), dt), moving=sbuf((P, 512), dt))
+
+        times[name] = only(profile_of(kernel)).end_ns
+    assert times["bfloat16"] == pytest.approx(512 / 2.8, rel=REL)
+    assert times["float32"] / times["bfloat16"] == pytest.approx(hw.tensor.fp32_cycle_factor, rel=REL)
+
+
+@pytest.mark.parametrize(("p", "f"), [(128, 32), (32, 128), (16, 8), (128, 128)])
+def test_nc_transpose_on_tensor_engine(p, f):
+    """An SBUF -> PSUM transpose is a matmul of data (stationary) against a [P, P] identity (moving)."""
+    hw = load_target("trn1")
+
+    def kernel():
+        data = sbuf((p, f), nl.bfloat16)
+        nisa.nc_transpose(dst=psum((f, p), nl.bfloat16), data=data)
+
+    rec = only(profile_of(kernel))
+    assert (rec.opcode, rec.engine) == ("nc_transpose", "Tensor")
+    cycles = max(min(hw.tensor.matmul_min_ii_cycles, f), p)
+    assert rec.end_ns == pytest.approx(cycles / hw.tensor.clock_ghz, rel=REL)
+
+
+# -- single instructions: DMA ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((P, 512), np.float32), ((64, 100), nl.bfloat16), ((P, 2048), np.float32), ((1, 16), np.int8)],
+)
+def test_dma_copy_hbm_to_sbuf(target, shape, dtype):
+    hw = load_target(target)
+
+    def kernel(a):
+        nisa.dma_copy(dst=sbuf(a.shape, a.dtype), src=a)
+
+    rec = only(profile_of(kernel, [np.zeros(shape, dtype=dtype)], target=target))
+    assert (rec.opcode, rec.engine) == ("dma_copy", "DMA q0")
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    assert rec.bytes == nbytes
+    expected = hw.dma.fixed_latency_ns + nbytes / (hw.dma.engines * hw.dma.bytes_per_ns_per_engine)
+    assert rec.end_ns == pytest.approx(expected, rel=REL)
+    assert hw.dma.bytes_per_ns == pytest.approx(hw.dma.engines * hw.dma.bytes_per_ns_per_engine, rel=REL)
+
+
+def test_dma_copy_128x512_fp32_on_trn1_by_the_numbers():
+    hw = load_target("trn1")
+    assert (hw.dma.fixed_latency_ns, hw.dma.engines, hw.dma.bytes_per_ns_per_engine) == (1300.0, 16, 17.0)
+
+    def kernel(a):
+        nisa.dma_copy(dst=sbuf((P, 512)), src=a)
+
+    rec = only(profile_of(kernel, [np.zeros((P, 512), np.float32)]))
+    assert rec.end_ns == pytest.approx(1300.0 + P * 512 * 4 / (16 * 17.0), rel=REL)
+
+
+def test_dma_copy_sbuf_to_hbm():
+    hw = load_target("trn1")
+
+    def kernel():
+        out = nl.ndarray((P, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=sbuf((P, 256)))
+        return out
+
+    rec = only(profile_of(kernel))
+    assert rec.end_ns == pytest.approx(dma_ns(hw, P * 256 * 4), rel=REL)
+
+
+# -- dependencies ---------------------------------------------------------------------
+
+
+def test_same_engine_chain_has_no_semaphore():
+    hw = load_target("trn1")
+    n = 512
+
+    def kernel():
+        x, y = sbuf((P, n)), sbuf((P, n))
+        nisa.memset(dst=x, value=1.0)
+        nisa.tensor_scalar(dst=y, data=x, op0=nl.multiply, operand0=2.0)
+
+    a, b = profile_of(kernel).instructions
+    vec = hw.vector
+    cost_a = max(vec.min_ii_cycles, n) / vec.clock_ghz
+    cost_b = max(vec.min_ii_cycles, n) / vec.clock_ghz
+    assert a.end_ns == pytest.approx(cost_a, rel=REL)
+    assert b.start_ns == pytest.approx(a.end_ns, rel=REL)
+    assert b.end_ns == pytest.approx(a.end_ns + cost_b, rel=REL)
+    assert b.producer == a.index
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_cross_engine_chain_pays_semaphore_latency(target):
+    hw = load_target(target)
+    n = 512
+
+    def kernel():
+        x, y, z = sbuf((P, n)), sbuf((P, n)), sbuf((P, n))
+        nisa.memset(dst=x, value=1.0)  # Vector
+        nisa.activation(dst=y, op=nl.exp, data=x)  # Scalar, reads x
+        nisa.tensor_scalar(dst=z, data=y, op0=nl.add, operand0=1.0)  # Vector, reads y
+
+    a, b, c = profile_of(kernel, target=target).instructions
+    sem = hw.sync.semaphore_latency_ns
+    cost_a = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    cost_b = max(hw.scalar.min_ii_cycles, n) / hw.scalar.clock_ghz
+    cost_c = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    assert (a.engine, b.engine, c.engine) == ("Vector", "Scalar", "Vector")
+    assert b.start_ns == pytest.approx(cost_a + sem, rel=REL)
+    assert b.end_ns == pytest.approx(cost_a + sem + cost_b, rel=REL)
+    assert c.start_ns == pytest.approx(b.end_ns + sem, rel=REL)
+    assert c.end_ns == pytest.approx(cost_a + sem + cost_b + sem + cost_c, rel=REL)
+
+
+def test_compute_waits_for_dma_plus_semaphore():
+    hw = load_target("trn1")
+    n = 512
+
+    def kernel(a):
+        x, y = sbuf((P, n)), sbuf((P, n))
+        nisa.dma_copy(dst=x, src=a)
+        nisa.tensor_scalar(dst=y, data=x, op0=nl.multiply, operand0=3.0)
+
+    load, op = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
+    dma_end = hw.dma.fixed_latency_ns + P * n * 4 / dma_bandwidth(hw)
+    cost = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    assert load.end_ns == pytest.approx(dma_end, rel=REL)
+    assert op.start_ns == pytest.approx(dma_end + hw.sync.semaphore_latency_ns, rel=REL)
+    assert op.end_ns == pytest.approx(dma_end + hw.sync.semaphore_latency_ns + cost, rel=REL)
+
+
+def test_dma_waits_for_compute_plus_semaphore():
+    hw = load_target("trn1")
+    n = 256
+
+    def kernel():
+        out = nl.ndarray((P, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = sbuf((P, n))
+        nisa.memset(dst=x, value=2.0)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    fill, store = profile_of(kernel).instructions
+    fill_end = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    assert fill.end_ns == pytest.approx(fill_end, rel=REL)
+    start = fill_end + hw.sync.semaphore_latency_ns
+    assert store.start_ns == pytest.approx(start, rel=REL)
+    assert store.end_ns == pytest.approx(start + dma_ns(hw, P * n * 4), rel=REL)
+
+
+def test_dma_waits_for_dma_on_another_queue():
+    """Load a tile, then store it: the store's queue waits for the load's queue by semaphore."""
+    hw = load_target("trn1")
+    n = 512
+    nbytes = P * n * 4
+
+    def kernel(a):
+        out = nl.ndarray((P, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = sbuf((P, n))
+        nisa.dma_copy(dst=x, src=a)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    load, store = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
+    assert load.engine != store.engine
+    start = dma_ns(hw, nbytes) + hw.sync.semaphore_latency_ns
+    assert store.start_ns == pytest.approx(start, rel=REL)
+    assert store.end_ns == pytest.approx(start + dma_ns(hw, nbytes), rel=REL)
+
+
+def test_semaphore_latency_applies_to_each_cross_engine_producer():
+    """C reads x (loaded by DMA) and y (set by Vector, finishing just after the DMA).
+
+    C runs on Vector, so y costs no semaphore, but x does: C may start only at
+    ``max(end(y), end(x) + semaphore)``.
+    """
+    hw = load_target("trn1")
+    n = 512
+    dma_end = dma_ns(hw, P * n * 4)
+    sem = hw.sync.semaphore_latency_ns
+    # y's memset ends half a semaphore after the DMA: later than the DMA, earlier than DMA + semaphore.
+    n_y = round((dma_end + sem / 2) * hw.vector.clock_ghz)
+    y_end = max(hw.vector.min_ii_cycles, n_y) / hw.vector.clock_ghz
+    assert dma_end < y_end < dma_end + sem
+
+    def kernel(a):
+        x, y, z = sbuf((P, n)), sbuf((P, n_y)), sbuf((P, n))
+        nisa.dma_copy(dst=x, src=a)
+        nisa.memset(dst=y, value=1.0)
+        nisa.tensor_tensor(dst=z, data1=x, data2=y[:, 0:n], op=nl.add)
+
+    load, fill, add = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
+    assert load.end_ns == pytest.approx(dma_end, rel=REL)
+    assert fill.end_ns == pytest.approx(y_end, rel=REL)
+    assert add.start_ns == pytest.approx(max(y_end, dma_end + sem), rel=REL)
+
+
+def test_war_compute_write_waits_for_earlier_reader():
+    """memset overwrites x, which activation (another engine) is still reading."""
+    hw = load_target("trn1")
+    n_read, n = 4096, 512
+
+    def kernel():
+        x, y, other = sbuf((P, n_read)), sbuf((P, n_read)), sbuf((P, n))
+        nisa.activation(dst=y, op=nl.exp, data=x)  # Scalar reads x
+        nisa.memset(dst=other, value=0.0)  # Vector, independent: starts at once
+        nisa.memset(dst=x[:, 0:n], value=0.0)  # Vector writes x: waits for the reader
+
+    act, free_fill, war_fill = profile_of(kernel).instructions
+    act_end = max(hw.scalar.min_ii_cycles, n_read) / hw.scalar.clock_ghz
+    fill = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    assert act.end_ns == pytest.approx(act_end, rel=REL)
+    assert free_fill.start_ns == 0.0
+    assert free_fill.end_ns == pytest.approx(fill, rel=REL)
+    assert war_fill.start_ns == pytest.approx(act_end + hw.sync.semaphore_latency_ns, rel=REL)
+    assert war_fill.end_ns == pytest.approx(act_end + hw.sync.semaphore_latency_ns + fill, rel=REL)
+    assert war_fill.producer == act.index
+
+
+def test_war_dma_write_waits_for_earlier_reader():
+    """A DMA load into x must not start before the Vector instruction reading x is done."""
+    hw = load_target("trn1")
+    n = 2048
+
+    def kernel(a):
+        x, y = sbuf((P, n)), sbuf((P, n))
+        nisa.tensor_scalar(dst=y, data=x, op0=nl.add, operand0=1.0)
+        nisa.dma_copy(dst=x, src=a)
+
+    read, load = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
+    read_end = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    assert read.end_ns == pytest.approx(read_end, rel=REL)
+    start = read_end + hw.sync.semaphore_latency_ns
+    assert load.start_ns == pytest.approx(start, rel=REL)
+    assert load.end_ns == pytest.approx(start + dma_ns(hw, P * n * 4), rel=REL)
+
+
+def test_waw_second_writer_waits_for_first():
+    hw = load_target("trn1")
+    n = 1024
+
+    def kernel():
+        x, src = sbuf((P, n)), sbuf((P, n))
+        nisa.memset(dst=x, value=1.0)  # Vector
+        nisa.activation(dst=x, op=nl.exp, data=src)  # Scalar, overwrites x
+
+    first, second = profile_of(kernel).instructions
+    first_end = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    assert first.end_ns == pytest.approx(first_end, rel=REL)
+    assert second.start_ns == pytest.approx(first_end + hw.sync.semaphore_latency_ns, rel=REL)
+
+
+def test_independent_instructions_on_one_engine_run_in_program_order():
+    hw = load_target("trn1")
+    sizes = (512, 100, 2048)
+
+    def kernel():
+        tiles = [sbuf((P, n)) for n in sizes]
+        for tile in tiles:
+            nisa.memset(dst=tile, value=1.0)
+
+    recs = profile_of(kernel).instructions
+    t = 0.0
+    for rec, n in zip(recs, sizes):
+        assert rec.start_ns == pytest.approx(t, rel=REL, abs=1e-9)
+        t += max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+        assert rec.end_ns == pytest.approx(t, rel=REL)
+
+
+def test_independent_instructions_on_different_engines_run_in_parallel():
+    hw = load_target("trn1")
+    n = 1024
+
+    def kernel():
+        # Every tile stays referenced, so none is freed and reused (which would order them).
+        v, s_in, s_out, g = sbuf((P, n)), sbuf((P, n)), sbuf((P, n)), sbuf((P, n), nl.int32)
+        st, mv, acc = sbuf((P, P), nl.bfloat16), sbuf((P, 512), nl.bfloat16), psum((P, 512))
+        nisa.memset(dst=v, value=1.0)  # Vector
+        nisa.activation(dst=s_out, op=nl.exp, data=s_in)  # Scalar
+        nisa.iota(dst=g, pattern=[[1, n]], offset=0)  # GpSimd
+        nisa.nc_matmul(dst=acc, stationary=st, moving=mv)  # Tensor
+
+    prof = profile_of(kernel)
+    assert all(rec.start_ns == 0.0 for rec in prof.instructions)
+    costs = [
+        max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz,
+        max(hw.scalar.min_ii_cycles, n) / hw.scalar.clock_ghz,
+        (hw.gpsimd.startup_cycles + n) / hw.gpsimd.clock_ghz,
+        max(min(hw.tensor.matmul_min_ii_cycles, P), 512) / hw.tensor.clock_ghz,
+    ]
+    assert prof.total_ns == pytest.approx(max(costs), rel=REL)
+
+
+# -- overlap and shared bandwidth -----------------------------------------------------
+
+
+def test_independent_dma_and_compute_overlap():
+    hw = load_target("trn1")
+    n_dma, n_vec, k = 512, 2048, 3
+
+    def kernel(a):
+        t, x, y = sbuf((P, n_dma)), sbuf((P, n_vec)), sbuf((P, n_vec))
+        nisa.dma_copy(dst=t, src=a)
+        for _ in range(k):
+            nisa.tensor_tensor(dst=y, data1=x, data2=x, op=nl.multiply)
+
+    prof = profile_of(kernel, [np.zeros((P, n_dma), np.float32)])
+    dma_end = dma_ns(hw, P * n_dma * 4)
+    vec_end = k * max(hw.vector.min_ii_cycles, 2 * n_vec) / hw.vector.clock_ghz
+    assert [rec.start_ns for rec in prof.instructions[:2]] == [0.0, 0.0]
+    assert prof.total_ns == pytest.approx(max(dma_end, vec_end), rel=REL)
+    assert prof.total_ns < dma_end + vec_end
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("n1", "n2"), [(512, 512), (2048, 256)])
+def test_two_independent_dmas_share_bandwidth(target, n1, n2):
+    """Both start at once on two queues and overlap their fixed latency, but their bytes share the bandwidth."""
+    hw = load_target(target)
+    b1, b2 = P * n1 * 4, P * n2 * 4
+    bw = dma_bandwidth(hw)
+
+    def kernel(a, b):
+        x, y = sbuf((P, n1)), sbuf((P, n2))
+        nisa.dma_copy(dst=x, src=a)
+        nisa.dma_copy(dst=y, src=b)
+
+    prof = profile_of(kernel, [np.zeros((P, n1), np.float32), np.zeros((P, n2), np.float32)], target=target)
+    first, second = prof.instructions
+    assert first.engine != second.engine
+    assert first.start_ns == second.start_ns == 0.0
+    assert first.end_ns == pytest.approx(hw.dma.fixed_latency_ns + b1 / bw, rel=REL)
+    assert second.end_ns == pytest.approx(hw.dma.fixed_latency_ns + (b1 + b2) / bw, rel=REL)
+    assert prof.total_ns == pytest.approx(hw.dma.fixed_latency_ns + (b1 + b2) / bw, rel=REL)
+    # Cheaper than two DMAs back to back (shared latency), dearer than one alone (shared bandwidth).
+    assert prof.total_ns < dma_ns(hw, b1) + dma_ns(hw, b2)
+    assert prof.total_ns > max(dma_ns(hw, b1), dma_ns(hw, b2))
+    assert prof.engine_busy_ns["DMA"] == pytest.approx((b1 + b2) / bw, rel=REL)
+
+
+def test_many_independent_dmas_are_bandwidth_bound():
+    hw = load_target("trn1")
+    k, n = 6, 512
+    nbytes = P * n * 4
+
+    def kernel(a):
+        tiles = [sbuf((P, n)) for _ in range(k)]
+        for i, tile in enumerate(tiles):
+            nisa.dma_copy(dst=tile, src=a[:, i * n : (i + 1) * n])
+
+    prof = profile_of(kernel, [np.zeros((P, k * n), np.float32)])
+    assert len({rec.engine for rec in prof.instructions}) == k
+    for i, rec in enumerate(prof.instructions):
+        assert rec.end_ns == pytest.approx(hw.dma.fixed_latency_ns + (i + 1) * nbytes / dma_bandwidth(hw), rel=REL)
+
+
+def test_dma_beyond_the_queue_count_waits_for_a_free_queue():
+    """With every queue busy, one more DMA waits for the queue that frees first, then pays its own latency."""
+    hw = load_target("trn1")
+    q, n = hw.dma.queues, 16
+    nbytes = P * n * 4
+    lat, bw = hw.dma.fixed_latency_ns, dma_bandwidth(hw)
+    # Small transfers: the 17th DMA is limited by its queue and latency, not by bandwidth.
+    assert lat + nbytes / bw + lat > lat + q * nbytes / bw
+
+    def kernel(a):
+        tiles = [sbuf((P, n)) for _ in range(q + 1)]
+        for i, tile in enumerate(tiles):
+            nisa.dma_copy(dst=tile, src=a[:, i * n : (i + 1) * n])
+
+    recs = profile_of(kernel, [np.zeros((P, (q + 1) * n), np.float32)]).instructions
+    assert len({rec.engine for rec in recs[:q]}) == q
+    for i, rec in enumerate(recs[:q]):
+        assert rec.start_ns == 0.0
+        assert rec.end_ns == pytest.approx(lat + (i + 1) * nbytes / bw, rel=REL)
+    last = recs[q]
+    assert last.engine == recs[0].engine  # the queue that frees first
+    assert last.start_ns == pytest.approx(lat + nbytes / bw, rel=REL)
+    assert last.end_ns == pytest.approx(last.start_ns + lat + nbytes / bw, rel=REL)
+
+
+def test_dma_bandwidth_booking_fills_the_first_gap_that_fits():
+    """A store waits for long Vector work; a later small load fits in the bandwidth gap before it, a big one not."""
+    hw = load_target("trn1")
+    lat, bw, sem = hw.dma.fixed_latency_ns, dma_bandwidth(hw), hw.sync.semaphore_latency_ns
+    n_a, n_z, n_s, n_y, n_w = 512, 4096, 512, 512, 2048
+    b_a, b_s, b_y, b_w = (P * n * 4 for n in (n_a, n_s, n_y, n_w))
+    z_end = max(hw.vector.min_ii_cycles, n_z) / hw.vector.clock_ghz
+    store_data = z_end + sem + lat
+    gap = (lat + b_a / bw, store_data)
+    assert b_y / bw <= gap[1] - gap[0] < (b_y + b_w) / bw
+
+    def kernel(a, y, w):
+        out = nl.ndarray((P, n_s), dtype=nl.float32, buffer=nl.shared_hbm)
+        ta, tz, ty, tw = sbuf((P, n_a)), sbuf((P, n_z)), sbuf((P, n_y)), sbuf((P, n_w))
+        nisa.dma_copy(dst=ta, src=a)
+        nisa.memset(dst=tz, value=1.0)
+        nisa.dma_copy(dst=out, src=tz[:, 0:n_s])
+        nisa.dma_copy(dst=ty, src=y)
+        nisa.dma_copy(dst=tw, src=w)
+        return out
+
+    inputs = [np.zeros((P, n), np.float32) for n in (n_a, n_y, n_w)]
+    load_a, fill, store, load_y, load_w = profile_of(kernel, inputs).instructions
+    assert load_a.end_ns == pytest.approx(lat + b_a / bw, rel=REL)
+    assert fill.end_ns == pytest.approx(z_end, rel=REL)
+    assert store.start_ns == pytest.approx(z_end + sem, rel=REL)
+    assert store.end_ns == pytest.approx(store_data + b_s / bw, rel=REL)
+    assert load_y.start_ns == 0.0
+    assert load_y.end_ns == pytest.approx(lat + (b_a + b_y) / bw, rel=REL)  # in the gap
+    assert load_w.start_ns == 0.0
+    assert load_w.end_ns == pytest.approx(store_data + (b_s + b_w) / bw, rel=REL)  # after the store
+
+
+# -- whole kernels --------------------------------------------------------------------
+
+
+def tiled_add(a_input, b_input):
+    """The tiled add of the tensor_add example: per [128, 512] block, load a and b, add on Vector, store."""
+    c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+    rows, cols = a_input.shape
+    tile_rows, tile_cols = 128, 512
+    for m in nl.affine_range(rows // tile_rows):
+        for n in nl.affine_range(cols // tile_cols):
+            block = (slice(m * tile_rows, (m + 1) * tile_rows), slice(n * tile_cols, (n + 1) * tile_cols))
+            a_tile = nl.ndarray(shape=(tile_rows, tile_cols), dtype=a_input.dtype, buffer=nl.sbuf)
+            b_tile = nl.ndarray(shape=(tile_rows, tile_cols), dtype=b_input.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a_tile, src=a_input[block])
+            nisa.dma_copy(dst=b_tile, src=b_input[block])
+            c_tile = nl.ndarray(shape=(tile_rows, tile_cols), dtype=a_input.dtype, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=c_tile, data1=a_tile, data2=b_tile, op=nl.add)
+            nisa.dma_copy(dst=c_output[block], src=c_tile)
+    return c_output
+
+
+@pytest.fixture
+def tensor_add():
+    return tiled_add
+
+
+def test_single_tile_tensor_add_timeline(tensor_add):
+    """load a, load b (sharing bandwidth), add on Vector, store c: every time from the formulas."""
+    hw = load_target("trn1")
+    a = np.ones((P, 512), np.float32)
+    prof = nkisim.run(tensor_add, [a, a]).profile
+    load_a, load_b, add, store = prof.instructions
+    nbytes = P * 512 * 4
+    lat, bw, sem = hw.dma.fixed_latency_ns, dma_bandwidth(hw), hw.sync.semaphore_latency_ns
+    add_cost = max(hw.vector.min_ii_cycles, 2 * 512) / hw.vector.clock_ghz
+
+    assert load_a.end_ns == pytest.approx(lat + nbytes / bw, rel=REL)
+    assert load_b.end_ns == pytest.approx(lat + 2 * nbytes / bw, rel=REL)
+    assert add.start_ns == pytest.approx(lat + 2 * nbytes / bw + sem, rel=REL)
+    assert add.end_ns == pytest.approx(lat + 2 * nbytes / bw + sem + add_cost, rel=REL)
+    assert store.start_ns == pytest.approx(add.end_ns + sem, rel=REL)
+    expected_total = (lat + 2 * nbytes / bw) + sem + add_cost + sem + (lat + nbytes / bw)
+    assert prof.total_ns == pytest.approx(expected_total, rel=REL)
+
+
+def test_doubling_streaming_data_roughly_doubles_time(tensor_add):
+    small = np.ones((256, 1024), np.float32)
+    large = np.ones((512, 1024), np.float32)
+    t_small = nkisim.run(tensor_add, [small, small]).profile.total_ns
+    t_large = nkisim.run(tensor_add, [large, large]).profile.total_ns
+    assert 1.7 < t_large / t_small < 2.3
+
+
+def test_streaming_kernel_is_dma_bound(tensor_add):
+    """The add moves 3 tiles per 2N-cycle Vector op: total time is at least the bytes over the bandwidth."""
+    hw = load_target("trn1")
+    a = np.ones((512, 1024), np.float32)
+    prof = nkisim.run(tensor_add, [a, a]).profile
+    tiles = (512 // 128) * (1024 // 512)
+    bytes_moved = 3 * tiles * P * 512 * 4
+    assert prof.total_ns >= hw.dma.fixed_latency_ns + bytes_moved / dma_bandwidth(hw)
+    assert prof.engine_busy_ns["DMA"] == pytest.approx(bytes_moved / dma_bandwidth(hw), rel=REL)
+    vec = tiles * max(hw.vector.min_ii_cycles, 2 * 512) / hw.vector.clock_ghz
+    assert prof.engine_busy_ns["Vector"] == pytest.approx(vec, rel=REL)
+
+
+def test_runs_are_deterministic(tensor_add):
+    a = np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)
+    first = nkisim.run(tensor_add, [a, a]).profile
+    second = nkisim.run(tensor_add, [a, a]).profile
+    assert first.instructions == second.instructions
+    assert first.total_ns == second.total_ns
+    assert first.total_cycles == second.total_cycles
+    assert first.engine_busy_ns == second.engine_busy_ns
+    assert first.summary() == second.summary()
+
+
+def _vector_bound(k, n):
+    def kernel():
+        a, b, c = sbuf((P, n)), sbuf((P, n)), sbuf((P, n))
+        for _ in range(k):
+            nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.subtract)
+
+    return kernel
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vector_bound_kernel_time_per_generation(target):
+    hw = load_target(target)
+    k, n = 8, 1024
+    prof = profile_of(_vector_bound(k, n), target=target)
+    expected = k * max(hw.vector.min_ii_cycles, 2 * n) / hw.vector.clock_ghz
+    assert prof.total_ns == pytest.approx(expected, rel=REL)
+
+
+def test_generations_differ_as_their_vector_clocks_say():
+    k, n = 8, 1024
+    totals = {t: profile_of(_vector_bound(k, n), target=t).total_ns for t in TARGETS}
+    clocks = {t: load_target(t).vector.clock_ghz for t in TARGETS}
+    assert totals["trn1"] / totals["trn2"] == pytest.approx(clocks["trn2"] / clocks["trn1"], rel=REL)
+    assert totals["trn1"] / totals["trn3"] == pytest.approx(clocks["trn3"] / clocks["trn1"], rel=REL)
+    assert totals["trn2"] / totals["trn3"] == pytest.approx(clocks["trn3"] / clocks["trn2"], rel=REL)
+    # trn2's Vector Engine (0.96 GHz) is the slowest, trn3's (1.2 GHz) the fastest.
+    assert totals["trn3"] < totals["trn1"] < totals["trn2"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_load_then_vector_chain_per_generation(target):
+    """A Vector-bound kernel fed by one DMA: the DMA formula, a semaphore, then the Vector chain."""
+    hw = load_target(target)
+    k, n = 6, 1024
+
+    def kernel(a):
+        x, y = sbuf((P, n)), sbuf((P, n))
+        nisa.dma_copy(dst=x, src=a)
+        for _ in range(k):
+            nisa.tensor_tensor(dst=y, data1=x, data2=y, op=nl.add)
+
+    prof = profile_of(kernel, [np.zeros((P, n), np.float32)], target=target)
+    expected = (
+        dma_ns(hw, P * n * 4)
+        + hw.sync.semaphore_latency_ns
+        + k * max(hw.vector.min_ii_cycles, 2 * n) / hw.vector.clock_ghz
+    )
+    assert prof.total_ns == pytest.approx(expected, rel=REL)
