@@ -18,7 +18,17 @@ from nkisim.errors import (
     SourceLoc,
     TargetError,
 )
-from nkisim.frontend import ArraySpec, ExecutionError, Kernel, RunResult, jit, output_specs, profile, run
+from nkisim.frontend import (
+    ArraySpec,
+    ExecutionError,
+    Kernel,
+    RunResult,
+    collect_profiles,
+    jit,
+    output_specs,
+    profile,
+    run,
+)
 from nkisim.report import InstructionRecord, Profile
 
 __version__ = "0.1.0"
@@ -39,6 +49,7 @@ __all__ = [
     "ShapeError",
     "SourceLoc",
     "TargetError",
+    "collect_profiles",
     "jit",
     "output_specs",
     "profile",

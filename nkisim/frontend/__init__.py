@@ -1,7 +1,7 @@
 """Tracing: ``@jit``, argument binding, the running kernel context and the ``nki.isa`` stubs."""
 
 from nkisim.frontend.context import ExecutionError, KernelContext, current_context
-from nkisim.frontend.jit import ArraySpec, Kernel, RunResult, jit, output_specs, profile, run
+from nkisim.frontend.jit import ArraySpec, Kernel, RunResult, collect_profiles, jit, output_specs, profile, run
 
 __all__ = [
     "ArraySpec",
@@ -9,6 +9,7 @@ __all__ = [
     "Kernel",
     "KernelContext",
     "RunResult",
+    "collect_profiles",
     "current_context",
     "jit",
     "output_specs",

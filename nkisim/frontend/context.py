@@ -34,6 +34,7 @@ class KernelContext:
         self.scheduler = Scheduler(hw)
         self.program_id = program_id
         self.num_programs = num_programs
+        self.kernel_name = ""
 
     def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
         """Validate, execute and schedule one ``nisa.<name>`` call."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -48,10 +49,30 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if is_running():
             return self.func(*args, **kwargs)
+        framework = _framework_of((*args, *kwargs.values()))
+        if framework == "torch":
+            from nkisim.torch import call as torch_call
+
+            return torch_call(self, *args, **kwargs)
+        if framework == "jax":
+            from nkisim.jax import call as jax_call
+
+            return jax_call(self, *args, **kwargs)
         return run(self, _as_inputs(args, kwargs)).outputs
 
     def __repr__(self) -> str:
         return f"<nki kernel {self.func.__qualname__}>"
+
+
+def _framework_of(values: tuple[Any, ...]) -> str:
+    """``torch`` or ``jax`` when an argument is one of their arrays (without importing either)."""
+    for value in values:
+        module = type(value).__module__
+        if module.startswith("torch"):
+            return "torch"
+        if module.startswith(("jax", "jaxlib")):
+            return "jax"
+    return "numpy"
 
 
 def jit(func: Callable[..., Any] | None = None, mode: str = "auto", **kwargs: Any) -> Any:
@@ -105,7 +126,32 @@ def run(
             the kernel's ``platform_target``, the environment, then ``trn1``.
     """
     ctx, returned = _simulate(kernel, inputs, target, compute=True)
-    return RunResult(_collect(returned), _profile_of(ctx), ctx.hw.name)
+    result = RunResult(_collect(returned), _profile_of(ctx), ctx.hw.name)
+    for bucket in _COLLECTORS:
+        bucket.append(result.profile)
+    return result
+
+
+_COLLECTORS: list[list[Profile]] = []
+
+
+@contextlib.contextmanager
+def collect_profiles() -> Iterator[list[Profile]]:
+    """Collect the profile of every simulated run inside the ``with`` block, in order.
+
+    This reaches runs made through framework operators (``torch.ops...``, JAX
+    callbacks) and direct kernel calls, which return only outputs::
+
+        with nkisim.collect_profiles() as profiles:
+            loss = model(x).sum()
+        print(sum(p.total_ns for p in profiles))
+    """
+    bucket: list[Profile] = []
+    _COLLECTORS.append(bucket)
+    try:
+        yield bucket
+    finally:
+        _COLLECTORS.remove(bucket)
 
 
 def profile(
@@ -143,6 +189,7 @@ def _simulate(
     hw = load_target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)
     ctx = KernelContext(hw, compute=compute)
+    ctx.kernel_name = kernel.func.__qualname__
     bound = _bind(kernel, args, kwargs)
     for name, value in bound.arguments.items():
         bound.arguments[name] = _to_hbm(ctx, name, value, kernel)
@@ -155,7 +202,7 @@ def _simulate(
 
 
 def _profile_of(ctx: KernelContext) -> Profile:
-    return Profile(ctx.scheduler.timeline, ctx.hw.name, ctx.hw.reference_clock_ghz)
+    return Profile(ctx.scheduler.timeline, ctx.hw.name, ctx.hw.reference_clock_ghz, ctx.kernel_name)
 
 
 def _as_spec(value: Any) -> ArraySpec | None:

@@ -50,12 +50,14 @@ class Profile:
     Attributes:
         target: the hardware generation simulated.
         reference_clock_ghz: the clock at which ``total_cycles`` is counted.
+        kernel: the name of the kernel function.
     """
 
-    def __init__(self, timeline: Timeline, target: str, reference_clock_ghz: float) -> None:
+    def __init__(self, timeline: Timeline, target: str, reference_clock_ghz: float, kernel: str = "") -> None:
         self._tl = timeline
         self.target = target
         self.reference_clock_ghz = reference_clock_ghz
+        self.kernel = kernel
 
     @cached_property
     def instructions(self) -> list[InstructionRecord]:
@@ -125,7 +127,7 @@ class Profile:
         for track in self._tl.track:
             counts["DMA" if track.startswith("DMA") else track] += 1
         lines = [
-            f"target {self.target}: {self.total_ns / 1000:.3f} us "
+            f"{self.kernel + ' on ' if self.kernel else ''}target {self.target}: {self.total_ns / 1000:.3f} us "
             f"({self.total_cycles} cycles at {self.reference_clock_ghz} GHz), "
             f"{self.instruction_count} instructions",
             f"  {'engine':<8}{'busy us':>12}{'busy %':>9}{'instrs':>9}",

@@ -1,0 +1,42 @@
+"""Simulated NKI kernels called from JAX (needs the ``nkisim[jax]`` extra).
+
+``nkisim.jax.call(kernel, *arrays)`` works inside ``jax.jit``: the kernel is traced
+on shapes alone to give the output shapes and dtypes (so an illegal kernel fails at
+trace time, naming its line), and runs on the host through ``jax.pure_callback``.
+It composes with ``jax.custom_vjp`` for gradients. Calling an ``@nki.jit`` kernel on
+JAX arrays does the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from nkisim.frontend.jit import ArraySpec, Kernel, output_specs, run
+
+__all__ = ["call"]
+
+
+def call(kernel: Kernel, *arrays: Any, target: str | None = None) -> Any:
+    """Run ``kernel`` on JAX arrays (or tracers) and return JAX arrays of its outputs."""
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    specs = [ArraySpec(tuple(a.shape), np.dtype(a.dtype)) if hasattr(a, "shape") else a for a in arrays]
+    outputs = output_specs(kernel, specs, target=target)
+    result_shapes = _shape_structs(outputs)
+
+    def host(*values: Any) -> Any:
+        host_args = [np.asarray(v) if hasattr(v, "shape") else v for v in values]
+        return run(kernel, host_args, target=target).outputs
+
+    return jax.pure_callback(host, result_shapes, *arrays, vmap_method="sequential")
+
+
+def _shape_structs(outputs: Any) -> Any:
+    if isinstance(outputs, ArraySpec):
+        return jax.ShapeDtypeStruct(outputs.shape, np.dtype(outputs.dtype))
+    if isinstance(outputs, tuple):
+        return tuple(_shape_structs(o) for o in outputs)
+    raise TypeError(f"a kernel called from JAX must return arrays, not {outputs!r}")

@@ -1,0 +1,216 @@
+"""Simulated NKI kernels as PyTorch operators (needs the ``nkisim[torch]`` extra).
+
+::
+
+    import nkisim.torch
+
+    add_op = nkisim.torch.custom_op("my_ops::nki_tensor_add", nki_tensor_add)
+    c = torch.ops.my_ops.nki_tensor_add(a, b)          # or add_op(a, b)
+    add_op.register_autograd(lambda ctx, grad: (grad, grad))
+
+The operator is a real ``torch.library`` custom operator: its CPU kernel runs the
+simulation, its fake kernel traces the kernel on shapes alone (for ``torch.compile``
+and meta tensors), and it passes ``torch.library.opcheck``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from nkisim.errors import KernelError, OperandError, SourceLoc
+from nkisim.frontend.jit import ArraySpec, Kernel, output_specs, run
+
+__all__ = ["OperatorError", "SimulatedOp", "call", "custom_op", "from_numpy", "to_numpy"]
+
+
+class OperatorError(KernelError):
+    """A simulated operator was called with inputs it cannot take, or its kernel failed."""
+
+
+# torch dtype -> (numpy dtype, same-size integer torch dtype used to reinterpret the bits)
+_DTYPES: dict[torch.dtype, tuple[np.dtype, torch.dtype | None]] = {
+    torch.float32: (np.dtype(np.float32), None),
+    torch.float16: (np.dtype(np.float16), None),
+    torch.bfloat16: (np.dtype(ml_dtypes.bfloat16), torch.int16),
+    torch.float8_e4m3fn: (np.dtype(ml_dtypes.float8_e4m3fn), torch.uint8),
+    torch.float8_e5m2: (np.dtype(ml_dtypes.float8_e5m2), torch.uint8),
+    torch.int8: (np.dtype(np.int8), None),
+    torch.int16: (np.dtype(np.int16), None),
+    torch.int32: (np.dtype(np.int32), None),
+    torch.uint8: (np.dtype(np.uint8), None),
+    torch.bool: (np.dtype(np.bool_), None),
+}
+_TORCH_OF = {np_dtype: torch_dtype for torch_dtype, (np_dtype, _) in _DTYPES.items()}
+
+
+def _numpy_dtype(dtype: torch.dtype, where: str) -> np.dtype:
+    if dtype not in _DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in _DTYPES)
+        raise OperatorError(f"{where}: dtype {dtype} has no NKI equivalent (supported: {names})")
+    return _DTYPES[dtype][0]
+
+
+def to_numpy(tensor: torch.Tensor, where: str = "input") -> np.ndarray:
+    """A CPU tensor's values as a numpy array of the matching NKI dtype (bf16 and fp8 via ml_dtypes)."""
+    if tensor.device.type != "cpu":
+        raise OperatorError(f"{where}: tensor is on {tensor.device}; simulated kernels take CPU tensors")
+    if not tensor.is_contiguous():
+        raise OperatorError(f"{where}: tensor is not contiguous; call .contiguous() first")
+    np_dtype = _numpy_dtype(tensor.dtype, where)
+    bits = _DTYPES[tensor.dtype][1]
+    plain = tensor.detach().resolve_conj().resolve_neg()
+    if bits is None:
+        return plain.numpy()
+    return plain.view(bits).numpy().view(np_dtype)
+
+
+def from_numpy(array: np.ndarray) -> torch.Tensor:
+    """A torch tensor with the array's values (shares memory when it can)."""
+    array = np.ascontiguousarray(array)
+    torch_dtype = _TORCH_OF.get(array.dtype)
+    if torch_dtype is None:
+        raise OperatorError(f"output dtype {array.dtype} has no torch equivalent")
+    bits = _DTYPES[torch_dtype][1]
+    if bits is None:
+        return torch.from_numpy(array)
+    return torch.from_numpy(array.view(_bits_numpy(bits))).view(torch_dtype)
+
+
+def _bits_numpy(dtype: torch.dtype) -> np.dtype:
+    return np.dtype(np.int16) if dtype == torch.int16 else np.dtype(np.uint8)
+
+
+def call(kernel: Kernel, *args: Any, target: str | None = None, **kwargs: Any) -> Any:
+    """Run ``kernel`` on torch CPU tensors and return torch tensors."""
+    np_args = [to_numpy(a, f"argument {i}") if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+    np_kwargs = {k: to_numpy(v, k) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    if np_args and np_kwargs:
+        raise OperatorError("pass tensors either all by position or all by keyword")
+    return _to_torch(run(kernel, np_args or np_kwargs, target=target).outputs)
+
+
+def _to_torch(outputs: Any) -> Any:
+    if isinstance(outputs, np.ndarray):
+        return from_numpy(outputs)
+    if isinstance(outputs, tuple):
+        return tuple(_to_torch(o) for o in outputs)
+    return outputs
+
+
+class SimulatedOp:
+    """A registered operator: call it like ``torch.ops.<namespace>.<name>``.
+
+    Attributes:
+        qualname: ``"namespace::name"``.
+        kernel: the NKI kernel it simulates.
+        schema: the operator's schema, e.g. ``"(Tensor a, Tensor b) -> Tensor"``.
+    """
+
+    def __init__(self, qualname: str, kernel: Kernel, schema: str, target: str | None) -> None:
+        self.qualname = qualname
+        self.kernel = kernel
+        self.schema = schema
+        self.target = target
+        namespace, name = qualname.split("::")
+        self._library = torch.library.Library(namespace, "FRAGMENT")
+        self._library.define(name + schema)
+        self._library.impl(name, self._cpu, "CPU")
+        torch.library.register_fake(qualname, self._fake, lib=self._library)
+        self._returns_tuple = schema.split("->")[1].strip().startswith("(")
+
+    @property
+    def op(self) -> Any:
+        namespace, name = self.qualname.split("::")
+        return getattr(getattr(torch.ops, namespace), name).default
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.op(*args, **kwargs)
+
+    def register_autograd(
+        self, backward: Callable[..., Any], *, setup_context: Callable[..., Any] | None = None
+    ) -> None:
+        """Give the operator a backward (see ``torch.library.register_autograd``)."""
+        torch.library.register_autograd(self.qualname, backward, setup_context=setup_context, lib=self._library)
+
+    def _cpu(self, *args: Any) -> Any:
+        np_args = [self._input(a, i) for i, a in enumerate(args)]
+        try:
+            outputs = run(self.kernel, np_args, target=self.target).outputs
+        except OperatorError:
+            raise
+        except KernelError as exc:
+            raise self._error(exc) from exc
+        return self._shape_outputs(_to_torch(outputs))
+
+    def _fake(self, *args: Any) -> Any:
+        specs = [
+            ArraySpec(tuple(int(d) for d in a.shape), _numpy_dtype(a.dtype, self._where(i)))
+            if isinstance(a, torch.Tensor)
+            else a
+            for i, a in enumerate(args)
+        ]
+        template = next(a for a in args if isinstance(a, torch.Tensor))
+        try:
+            outputs = output_specs(self.kernel, specs, target=self.target)
+        except KernelError as exc:
+            raise self._error(exc) from exc
+
+        def empty(spec: Any) -> Any:
+            if isinstance(spec, ArraySpec):
+                return template.new_empty(spec.shape, dtype=_TORCH_OF[np.dtype(spec.dtype)])
+            return tuple(empty(s) for s in spec)
+
+        return self._shape_outputs(empty(outputs))
+
+    def _shape_outputs(self, outputs: Any) -> Any:
+        if self._returns_tuple and not isinstance(outputs, tuple):
+            raise OperatorError(f"{self.qualname}: the schema returns a tuple but the kernel returned one tensor")
+        if not self._returns_tuple and isinstance(outputs, tuple):
+            raise OperatorError(
+                f"{self.qualname}: the kernel returned {len(outputs)} tensors; give a schema like "
+                f"'(...) -> ({', '.join(['Tensor'] * len(outputs))})'"
+            )
+        return outputs
+
+    def _error(self, exc: KernelError) -> OperatorError:
+        """The kernel's error, its message led by the kernel line and then the operator's name."""
+        detail = str(exc).removeprefix(f"{exc.loc}: ")
+        return OperatorError(f"{self.qualname}: {detail}", loc=exc.loc)
+
+    def _where(self, index: int) -> str:
+        return f"{self.qualname} argument {index}"
+
+    def _input(self, value: Any, index: int) -> Any:
+        return to_numpy(value, self._where(index)) if isinstance(value, torch.Tensor) else value
+
+
+def custom_op(
+    qualname: str, kernel: Kernel | None = None, *, schema: str | None = None, target: str | None = None
+) -> Any:
+    """Register ``kernel`` as the PyTorch operator ``qualname`` (``"namespace::name"``).
+
+    Used as a function, ``custom_op("ns::op", kernel)``, or as a decorator,
+    ``@custom_op("ns::op")`` above ``@nki.jit``. Without ``schema``, every kernel
+    parameter is a ``Tensor`` and the result one ``Tensor``.
+    """
+    if kernel is None:
+        return lambda k: custom_op(qualname, k, schema=schema, target=target)
+    if "::" not in qualname:
+        raise OperandError(f"operator name {qualname!r} must be 'namespace::name'", loc=_loc(kernel))
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    if schema is None:
+        params = inspect.signature(kernel.func).parameters
+        schema = "(" + ", ".join(f"Tensor {p}" for p in params) + ") -> Tensor"
+    return SimulatedOp(qualname, kernel, schema, target)
+
+
+def _loc(kernel: Any) -> SourceLoc:
+    code = getattr(kernel, "func", kernel).__code__
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
