@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from nkisim.errors import KernelError, OperandError, SourceLoc
+from nkisim.errors import KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
 from nkisim.hw import HwConfig, load_target
 from nkisim.memory import Buffer, Tensor, to_dtype
@@ -64,6 +64,13 @@ class Kernel:
         return f"<nki kernel {self.func.__qualname__}>"
 
 
+def _target(name: str | HwConfig | None) -> HwConfig:
+    try:
+        return load_target(name)
+    except ValueError as exc:
+        raise TargetError(str(exc)) from None
+
+
 def _framework_of(values: tuple[Any, ...]) -> str:
     """``torch`` or ``jax`` when an argument is one of their arrays (without importing either)."""
     for value in values:
@@ -84,7 +91,7 @@ def jit(func: Callable[..., Any] | None = None, mode: str = "auto", **kwargs: An
     """
     platform_target = kwargs.pop("platform_target", None)
     if platform_target is not None:
-        load_target(platform_target)  # reject unknown names early
+        _target(platform_target)  # reject unknown names early
     if func is None:
         return lambda f: Kernel(f, platform_target, mode=mode, **kwargs)
     return Kernel(func, platform_target, mode=mode, **kwargs)
@@ -186,7 +193,7 @@ def _simulate(
 ) -> tuple[KernelContext, Any]:
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
-    hw = load_target(target if target is not None else kernel.platform_target)
+    hw = _target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)
     ctx = KernelContext(hw, compute=compute)
     ctx.kernel_name = kernel.func.__qualname__

@@ -9,6 +9,7 @@ from nkisim.hw import Engine
 from nkisim.isa.ops import Op
 from nkisim.isa.spec import Check, Operands
 from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_integer
+from nkisim.memory.dtypes import is_tfloat32
 
 F32 = np.float32
 
@@ -36,6 +37,11 @@ def as_rows(values: np.ndarray, partitions: int) -> np.ndarray:
 def write(dst: Tensor, values: np.ndarray) -> None:
     """Store engine results into ``dst``, casting to its dtype as the engine does on write."""
     dst.array[...] = cast(np.asarray(values), dst.dtype).reshape(dst.shape)
+
+
+def same_format(a: Tensor, b: Tensor) -> bool:
+    """True when a bit copy is exact: equal dtypes, tfloat32 told apart from float32."""
+    return a.dtype == b.dtype and is_tfloat32(a.dtype) == is_tfloat32(b.dtype)
 
 
 def copy_bits(dst: Tensor, src: Tensor) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nkisim.errors import OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
-from nkisim.isa.common import check_in, copy_bits, f32, write
+from nkisim.isa.common import check_in, copy_bits, f32, same_format, write
 from nkisim.isa.ops import OPS, Op
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, instruction
 from nkisim.memory import Buffer
@@ -49,7 +49,7 @@ def dma_copy(ops: DmaCopyOps, state: EngineState) -> None:
     """
     if ops.dst_rmw_op is not None:
         write(ops.dst, f32(ops.dst).reshape(-1) + f32(ops.src).reshape(-1))
-    elif ops.src.dtype == ops.dst.dtype:
+    elif same_format(ops.src, ops.dst):
         copy_bits(ops.dst, ops.src)
     else:
         write(ops.dst, f32(ops.src))

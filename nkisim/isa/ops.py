@@ -17,6 +17,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from nkisim.errors import OperandError
+
 F32 = np.float32
 
 
@@ -61,7 +63,7 @@ class Op:
         return f"nl.{self.name}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
+        raise OperandError(
             f"nl.{self.name}(...) as a value-returning function is not part of NKI 0.2; "
             f"pass nl.{self.name} as the op= of an nki.isa instruction"
         )

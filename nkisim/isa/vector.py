@@ -22,6 +22,7 @@ from nkisim.isa.common import (
     copy_bits,
     f32,
     per_partition,
+    same_format,
     write,
 )
 from nkisim.isa.ops import OPS, Op
@@ -140,11 +141,21 @@ def _tensor_scalar_validate(ops: TensorScalarOps, chk: Check) -> None:
         if chk.engine is not Engine.vector:
             chk.fail(OperandError, "op0", f"bitvec operator {ops.op0!r} runs only on the Vector Engine")
         check_bitvec_dtypes(chk, "op0", ops.op0, [("data", ops.data), ("dst", ops.dst)])
+        for name, operand in (("operand0", ops.operand0), ("operand1", ops.operand1)):
+            _check_integer_operand(chk, name, operand)
     pair = (ops.op0.name, ops.op1.name if ops.op1 else None)
     if chk.engine is Engine.scalar and pair not in _SCALAR_ENGINE_OPS:
         chk.fail(OperandError, "op0", f"{pair} is not supported on the Scalar Engine; use multiply/add")
     if chk.engine is Engine.gpsimd and ops.op0.name != "rsqrt":
         chk.fail(OperandError, "engine", "tensor_scalar runs on the GpSimd Engine only for op0=nl.rsqrt")
+
+
+def _check_integer_operand(chk: Check, name: str, operand: object) -> None:
+    """Bitvec operators take integer operands: an integral scalar or an integer tensor."""
+    if isinstance(operand, Tensor):
+        check_bitvec_dtypes(chk, name, OPS["bitwise_and"], [(name, operand)])
+    elif operand is not None and float(operand) != int(operand):  # type: ignore[arg-type]
+        chk.fail(DtypeError, name, f"{operand} is not an integer, as a bitvec operator requires")
 
 
 def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> Cost:
@@ -209,7 +220,7 @@ def _tensor_copy_validate(ops: TensorCopyOps, chk: Check) -> None:
 )
 def tensor_copy(ops: TensorCopyOps, state: EngineState) -> None:
     """Copy ``src`` to ``dst``: bit-exact for equal dtypes, through float32 otherwise."""
-    if ops.src.dtype == ops.dst.dtype:
+    if same_format(ops.src, ops.dst):
         copy_bits(ops.dst, ops.src)
     else:
         write(ops.dst, f32(ops.src))
