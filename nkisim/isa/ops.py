@@ -63,10 +63,17 @@ class Op:
         return f"nl.{self.name}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise OperandError(
-            f"nl.{self.name}(...) as a value-returning function is not part of NKI 0.2; "
-            f"pass nl.{self.name} as the op= of an nki.isa instruction"
-        )
+        helper = VALUE_HELPERS.get(self.name)
+        if helper is None:
+            raise OperandError(
+                f"nl.{self.name}(...) as a value-returning function is not supported; "
+                f"pass nl.{self.name} as the op= of an nki.isa instruction"
+            )
+        return helper(*args, **kwargs)
+
+
+#: NKI 0.3+ value-returning ``nl.<name>(...)`` helpers, registered by the front end by operator name.
+VALUE_HELPERS: dict[str, Callable[..., Any]] = {}
 
 
 def _as_bool(x: np.ndarray) -> np.ndarray:

@@ -97,14 +97,23 @@ def engine_cost(hw: HwConfig, engine: Engine, cycles: float, **extra: Any) -> Co
 
 @dataclass
 class EngineState:
-    """State that lives inside engines across instructions (accumulator registers)."""
+    """State that lives inside engines across instructions.
+
+    Attributes:
+        scalar_reduce_regs: the Scalar Engine's 128 fp32 accumulators (``activation``).
+        vector_reduce_regs: the Vector Engine's own accumulators (``exponential``,
+            ``select_reduce``, ``range_select``, ``tensor_scalar_reduce``,
+            ``tensor_scalar_cumulative``).
+    """
 
     partitions: int
     nc_version: int
     scalar_reduce_regs: np.ndarray = field(init=False)
+    vector_reduce_regs: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         self.scalar_reduce_regs = np.zeros(self.partitions, dtype=np.float32)
+        self.vector_reduce_regs = np.zeros(self.partitions, dtype=np.float32)
 
 
 @dataclass(frozen=True)
