@@ -46,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     demo_cmd = commands.add_parser("demo", help="run the demo kernels and print their check and profile")
     demo_cmd.add_argument("--target", choices=generation_names(), default=None, help="hardware generation")
     demo_cmd.add_argument("--trace", default="nkisim_demo.perfetto.json", help="Perfetto trace path ('' for none)")
+    commands.add_parser("isa-doc", help="print the instruction table of docs/isa.md")
     args = parser.parse_args(argv)
+    if args.command == "isa-doc":
+        from nkisim.isa.catalog import isa_markdown
+
+        print(isa_markdown(), end="")
+        return 0
     return demo(args.target, args.trace or None)
 
 

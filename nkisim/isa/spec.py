@@ -155,7 +155,14 @@ class InstructionSpec:
     choose_engine: EngineChooser | None = None
     #: The first NeuronCore version that has this instruction.
     min_nc_version: int = 2
+    #: The operand data types, in words, for docs/isa.md.
+    dtypes: str = "any NKI dtype"
     doc: str = ""
+
+    @property
+    def cost_formula(self) -> str:
+        """The first line of the cost function's docstring (the published formula)."""
+        return (self.cost.__doc__ or "").strip().splitlines()[0] if self.cost.__doc__ else ""
 
     @property
     def engine_names(self) -> str:
@@ -173,6 +180,7 @@ def instruction(
     validate: Validator | None = None,
     choose_engine: EngineChooser | None = None,
     min_nc_version: int = 2,
+    dtypes: str = "any NKI dtype",
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``."""
 
@@ -189,6 +197,7 @@ def instruction(
             validate=validate,
             choose_engine=choose_engine,
             min_nc_version=min_nc_version,
+            dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),
         )
         return semantics

@@ -74,6 +74,7 @@ def _tensor_tensor_validate(ops: TensorTensorOps, chk: Check) -> None:
 
 
 def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` if one input is in PSUM or all are bf16 add/mul/sub in SBUF, else ``max(MIN_II, 2N)``."""
     n = ops.data1.free_size
     if engine is not Engine.vector:
         return per_element_cost(engine, hw, n)
@@ -159,6 +160,7 @@ def _check_integer_operand(chk: Check, name: str, operand: object) -> None:
 
 
 def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` engine cycles (one operator costs the same as two)."""
     return per_element_cost(engine, hw, ops.data.free_size)
 
 
@@ -210,11 +212,16 @@ def _tensor_copy_validate(ops: TensorCopyOps, chk: Check) -> None:
         )
 
 
+def _tensor_copy_cost(ops: TensorCopyOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` engine cycles."""
+    return per_element_cost(engine, hw, ops.src.free_size)
+
+
 @instruction(
     "tensor_copy",
     TensorCopyOps,
     engines=(Engine.vector, Engine.gpsimd, Engine.scalar),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.src.free_size),
+    cost=_tensor_copy_cost,
     validate=_tensor_copy_validate,
     choose_engine=_choose_vector,
 )
@@ -261,6 +268,7 @@ def _tensor_reduce_validate(ops: TensorReduceOps, chk: Check) -> None:
 
 
 def _tensor_reduce_cost(ops: TensorReduceOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``N/2`` cycles if in and out are bf16 and op is add or max, else ``N`` (at least ``MIN_II``)."""
     fast = ops.data.dtype == ops.dst.dtype == BF16 and ops.op.name in ("add", "maximum")
     return per_element_cost(engine, hw, ops.data.free_size, hw.vector.fast_path_cycles_per_element if fast else 1.0)
 
@@ -294,6 +302,7 @@ class MemsetOps(Operands):
 
 
 def _memset_cost(ops: MemsetOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N/2)`` for zero into bf16/fp16 on Vector, else ``max(MIN_II, N)``."""
     fast = engine is Engine.vector and ops.value == 0 and ops.dst.dtype in (BF16, FP16)
     return per_element_cost(engine, hw, ops.dst.free_size, hw.vector.fast_path_cycles_per_element if fast else 1.0)
 
