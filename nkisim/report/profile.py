@@ -8,6 +8,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
+from nkisim.hw import HwConfig, load_target
+from nkisim.report import analysis
 from nkisim.sim import Timeline
 
 
@@ -120,6 +122,76 @@ class Profile:
         """Busy time of each engine as a fraction of the kernel's total time."""
         total = self.total_ns or 1.0
         return {name: ns / total for name, ns in self.engine_busy_ns.items()}
+
+    @cached_property
+    def hw(self) -> HwConfig:
+        """The hardware generation simulated."""
+        return load_target(self.target)
+
+    @cached_property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: Tensor Engine flops over its bf16 peak for the kernel's time."""
+        if not self.total_ns:
+            return 0.0
+        return sum(self._tl.flops) / (analysis.peak_flops_per_ns(self.hw) * self.total_ns)
+
+    @cached_property
+    def dma_bandwidth_utilisation(self) -> float:
+        """Bytes moved by DMA over what the core's DMA bandwidth could move in the kernel's time."""
+        if not self.total_ns:
+            return 0.0
+        return sum(self._tl.bytes) / (self.hw.dma.bytes_per_ns * self.total_ns)
+
+    @cached_property
+    def critical_path(self) -> list[InstructionRecord]:
+        """The chain of instructions that sets the total time, first to last."""
+        return [self.instructions[i] for i in analysis.critical_path(self._tl)]
+
+    @cached_property
+    def critical_ns_by_engine(self) -> dict[str, float]:
+        """Time on the critical path spent in each engine (``DMA`` for all queues)."""
+        return analysis.critical_time_by_engine(self._tl, analysis.critical_path(self._tl))
+
+    @property
+    def bottleneck(self) -> str:
+        """The engine (or ``DMA``) that makes up most of the critical path."""
+        spent = self.critical_ns_by_engine
+        return max(spent, key=spent.__getitem__) if spent else ""
+
+    @cached_property
+    def semaphore_wait_ns(self) -> dict[str, float]:
+        """Time each engine sat idle waiting for its producers (``DMA``: summed over queues)."""
+        return analysis.wait_by_engine(self._tl)
+
+    def line_costs(self) -> list[analysis.LineCost]:
+        """Per kernel line: instructions, busy time, waits and critical-path share, costliest first."""
+        return analysis.line_costs(self._tl, analysis.critical_path(self._tl))
+
+    def table(self, lines: int = 10) -> str:
+        """A readable report: the summary, utilisation, the bottleneck and the costliest kernel lines."""
+        out = [self.summary(), ""]
+        out.append(
+            f"  MFU {100 * self.mfu:.1f}%   DMA bandwidth {100 * self.dma_bandwidth_utilisation:.1f}%   "
+            f"bound by {self.bottleneck or '-'}"
+        )
+        critical = self.critical_ns_by_engine
+        total = self.total_ns or 1.0
+        shares = ", ".join(
+            f"{name} {100 * ns / total:.0f}%" for name, ns in sorted(critical.items(), key=lambda kv: -kv[1])
+        )
+        out.append(f"  critical path: {len(self.critical_path)} instructions ({shares})")
+        waits = {k: v for k, v in self.semaphore_wait_ns.items() if v > 0}
+        if waits:
+            out.append("  waiting on semaphores: " + ", ".join(f"{k} {v / 1000:.3f} us" for k, v in waits.items()))
+        out.append("")
+        out.append(f"  {'kernel line':<28}{'instrs':>8}{'busy us':>11}{'wait us':>10}{'critical %':>12}  engines")
+        for cost in self.line_costs()[:lines]:
+            engines = ", ".join(f"{e} {ns / 1000:.2f}" for e, ns in sorted(cost.engines.items(), key=lambda kv: -kv[1]))
+            out.append(
+                f"  {cost.source:<28}{cost.instructions:>8}{cost.busy_ns / 1000:>11.3f}{cost.wait_ns / 1000:>10.3f}"
+                f"{100 * cost.critical_ns / total:>11.1f}%  {engines}"
+            )
+        return "\n".join(out)
 
     def summary(self) -> str:
         """A short text report: total time, per-engine busy %, instruction counts."""

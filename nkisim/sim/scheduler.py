@@ -63,6 +63,10 @@ class Timeline:
     busy_ns: list[float] = field(default_factory=list)
     source: list[SourceLoc] = field(default_factory=list)
     producer: list[int] = field(default_factory=list)
+    #: What set the start: the producer when data was late, else the previous instruction on the track (-1: none).
+    pred: list[int] = field(default_factory=list)
+    #: Time the engine or queue sat idle before this instruction, waiting for its producers.
+    wait_ns: list[float] = field(default_factory=list)
     bytes: list[int] = field(default_factory=list)
     flops: list[float] = field(default_factory=list)
 
@@ -81,6 +85,7 @@ class Scheduler:
         self._engine_free = {e: 0.0 for e in QUEUED_ENGINES}
         self._queue_free = [0.0] * hw.dma.queues
         self._dma_bandwidth = BandwidthCalendar()
+        self._last_on_track: dict[str, int] = {}
 
     def schedule(
         self, opcode: str, engine: Engine, cost: Cost, reads: list[Region], writes: list[Region], source: SourceLoc
@@ -95,16 +100,20 @@ class Scheduler:
             track = engine.title
         track_id = self._track_ids.setdefault(track, len(self._track_ids))
         ready, producer = self.tracker.ready(reads, writes, track_id)
+        free = self._queue_free[queue] if queue >= 0 else self._engine_free[engine]
+        start = max(ready, free)
         if queue >= 0:
-            start = max(ready, self._queue_free[queue])
             data_start = self._dma_bandwidth.book(start + cost.latency_ns, cost.busy_ns)
             end = data_start + cost.busy_ns
             self._queue_free[queue] = end
         else:
-            start = max(ready, self._engine_free[engine])
             end = start + cost.busy_ns + cost.latency_ns
             self._engine_free[engine] = start + cost.busy_ns
         index = len(tl)
+        previous = self._last_on_track.get(track, -1)
+        self._last_on_track[track] = index
+        tl.pred.append(producer if ready > free else previous)
+        tl.wait_ns.append(max(0.0, ready - free))
         self.tracker.commit(reads, writes, end, index, track_id)
         tl.opcode.append(opcode)
         tl.track.append(track)
