@@ -212,6 +212,12 @@ class Profile:
     def __str__(self) -> str:
         return self.summary()
 
+    def to_html(self, path: str | os.PathLike[str]) -> None:
+        """Write a self-contained HTML page with an SVG engine timeline and the report table."""
+        from nkisim.report.html import write_html
+
+        write_html(self, path)
+
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
         """Write a Chrome/Perfetto trace JSON: one track per engine and per DMA queue.
 

@@ -1,0 +1,90 @@
+"""A self-contained HTML page: an SVG engine timeline above the profile's summary table."""
+
+from __future__ import annotations
+
+import html
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nkisim.report.profile import Profile
+
+_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
+_WIDTH = 1200
+_LABEL = 110
+_ROW = 22
+#: Above this many instructions a track is drawn as merged busy spans, not one bar per instruction.
+_DETAIL_LIMIT = 5000
+
+
+def _spans(intervals: list[tuple[float, float, str, str]], scale: float) -> list[tuple[float, float, str, str]]:
+    """Merge bars closer than a pixel, so huge timelines stay light."""
+    merged: list[tuple[float, float, str, str]] = []
+    for start, end, opcode, title in sorted(intervals):
+        if merged and start * scale - merged[-1][1] * scale < 1.0:
+            last = merged[-1]
+            merged[-1] = (last[0], max(last[1], end), last[2] if last[2] == opcode else "mixed", "")
+        else:
+            merged.append((start, end, opcode, title))
+    return merged
+
+
+def render_html(profile: Profile) -> str:
+    """The page as a string."""
+    records = profile.instructions
+    tracks = sorted({r.engine for r in records}, key=_track_key)
+    total = profile.total_ns or 1.0
+    scale = (_WIDTH - _LABEL - 10) / total
+    opcodes = sorted({r.opcode for r in records})
+    color = {op: _PALETTE[i % len(_PALETTE)] for i, op in enumerate(opcodes)} | {"mixed": "#888888"}
+    by_track: dict[str, list[tuple[float, float, str, str]]] = {t: [] for t in tracks}
+    for r in records:
+        title = f"{r.opcode} #{r.index} {r.source} {r.start_ns:.0f}-{r.end_ns:.0f} ns"
+        by_track[r.engine].append((r.start_ns, r.end_ns, r.opcode, title))
+    height = 30 + _ROW * len(tracks)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" font-family="sans-serif" '
+        'font-size="12">'
+    ]
+    for row, track in enumerate(tracks):
+        y = 20 + row * _ROW
+        parts.append(f'<text x="4" y="{y + 14}">{html.escape(track)}</text>')
+        parts.append(f'<rect x="{_LABEL}" y="{y}" width="{_WIDTH - _LABEL - 10}" height="{_ROW - 4}" fill="#f3f3f3"/>')
+        bars = by_track[track]
+        if len(records) > _DETAIL_LIMIT:
+            bars = _spans(bars, scale)
+        for start, end, opcode, title in bars:
+            x = _LABEL + start * scale
+            w = max((end - start) * scale, 0.5)
+            tip = f"<title>{html.escape(title)}</title>" if title else ""
+            parts.append(
+                f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{_ROW - 4}" fill="{color[opcode]}">{tip}</rect>'
+            )
+    parts.append(f'<text x="{_LABEL}" y="{height - 2}">0</text>')
+    parts.append(f'<text x="{_WIDTH - 10}" y="{height - 2}" text-anchor="end">{total / 1000:.3f} us</text>')
+    parts.append("</svg>")
+    legend = " ".join(
+        f'<span style="background:{color[op]};color:white;padding:1px 6px;margin-right:4px">{html.escape(op)}</span>'
+        for op in opcodes
+    )
+    title = html.escape(f"{profile.kernel or 'kernel'} on {profile.target}")
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        f"<title>nkisim profile: {title}</title>"
+        "<style>body{font-family:sans-serif;margin:16px} pre{background:#fafafa;padding:8px}</style></head><body>"
+        f"<h2>nkisim profile: {title}</h2><div>{legend}</div>{''.join(parts)}"
+        f"<pre>{html.escape(profile.table())}</pre></body></html>\n"
+    )
+
+
+def write_html(profile: Profile, path: str | os.PathLike[str]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(render_html(profile))
+
+
+def _track_key(name: str) -> tuple[str, int, str]:
+    from nkisim.report.profile import _track_order
+
+    core, _, rest = name.partition(" ") if name.startswith("core") else ("", "", name)
+    order = _track_order(rest)
+    return core, order[0] * 1000 + order[1], rest
