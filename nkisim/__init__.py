@@ -7,6 +7,7 @@ Run an NKI kernel on a CPU and get its exact outputs and a profile::
     result.outputs, result.profile.total_ns
 """
 
+from nkisim.alias import install_nki_alias, uninstall_nki_alias
 from nkisim.errors import (
     BoundsError,
     CapacityError,
@@ -50,8 +51,10 @@ __all__ = [
     "SourceLoc",
     "TargetError",
     "collect_profiles",
+    "install_nki_alias",
     "jit",
     "output_specs",
     "profile",
     "run",
+    "uninstall_nki_alias",
 ]

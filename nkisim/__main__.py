@@ -1,14 +1,28 @@
-"""Command line: ``python -m nkisim demo`` runs the demo kernels and prints their check and profile."""
+"""Command line.
+
+``python -m nkisim demo`` runs the demo kernels and prints their check and profile.
+``python -m nkisim run kernel.py:function --inputs a.npy b.npy`` runs a kernel file as
+written for NKI (``import nki``, through :func:`nkisim.install_nki_alias`) and prints
+its outputs' shapes and dtypes and its profile.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
+import os
+import runpy
 import sys
+from typing import Any
 
 import numpy as np
 
 import nkisim
+from nkisim.alias import is_installed
+from nkisim.frontend.simulate import run_capturing, written_inputs
 from nkisim.hw import generation_names
+from nkisim.memory import dtype_name, to_dtype
 
 
 def demo(target: str | None, trace: str | None) -> int:
@@ -40,6 +54,173 @@ def demo(target: str | None, trace: str | None) -> int:
     return 0 if ok else 1
 
 
+# -- run: a kernel file written for NKI ------------------------------------------------
+
+
+class UsageError(Exception):
+    """A bad command line argument (reported without a traceback)."""
+
+
+def load_kernel(spec: str) -> Any:
+    """The kernel ``function`` of ``path/to/kernel.py:function``, loaded with the ``nki`` alias active.
+
+    Without ``:function`` the file must define exactly one ``@nki.jit`` kernel.
+    """
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        path, name = spec, ""
+    if not os.path.isfile(path):
+        raise UsageError(f"no kernel file {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        namespace = runpy.run_path(path, run_name="__nkisim_kernel__")
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+    if name:
+        if not callable(namespace.get(name)):
+            raise UsageError(f"{path} defines no function {name!r}")
+        return namespace[name]
+    kernels = [v for v in namespace.values() if isinstance(v, nkisim.Kernel)]
+    if len(kernels) != 1:
+        raise UsageError(f"{path} defines {len(kernels)} @nki.jit kernels; name one as {path}:function")
+    return kernels[0]
+
+
+def _dtype(name: str) -> np.dtype:
+    try:
+        return to_dtype(name)
+    except TypeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def read_inputs(files: list[str], shapes: list[str], seed: int) -> list[np.ndarray]:
+    """Arrays from ``.npy``/``.npz`` files (``file.npy:bfloat16`` casts), then random ones for ``128x512:float32``."""
+    arrays: list[np.ndarray] = []
+    for item in files:
+        path, dtype = (item, "") if os.path.isfile(item) else item.rsplit(":", 1) if ":" in item else (item, "")
+        if not os.path.isfile(path):
+            raise UsageError(f"no input file {path!r}")
+        loaded = np.load(path)
+        values = [loaded[k] for k in loaded.files] if isinstance(loaded, np.lib.npyio.NpzFile) else [loaded]
+        arrays += [v.astype(_dtype(dtype)) if dtype else v for v in values]
+    rng = np.random.default_rng(seed)
+    for item in shapes:
+        dims, _, dtype = item.partition(":")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"shape {item!r} is not like 128x512:float32") from None
+        dt = _dtype(dtype or "float32")
+        if dt.kind in "iub":
+            arrays.append(rng.integers(0 if dt.kind in "ub" else -8, 9, size=shape).astype(dt))
+        else:
+            arrays.append(rng.standard_normal(shape).astype(dt))
+    return arrays
+
+
+def _keyword_args(items: list[str]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--arg {item!r} is not NAME=VALUE")
+        try:
+            kwargs[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            kwargs[key] = text
+    return kwargs
+
+
+def _named_outputs(outputs: Any) -> list[tuple[str, Any]]:
+    if isinstance(outputs, tuple):
+        return [(f"output_{i}", o) for i, o in enumerate(outputs)]
+    if isinstance(outputs, dict):
+        return [(f"output_{k}", o) for k, o in outputs.items()]
+    return [] if outputs is None else [("output", outputs)]
+
+
+def run_file(args: argparse.Namespace) -> int:
+    """``python -m nkisim run``: load the file with the alias, run the kernel, report and save."""
+    installed_here = not is_installed()
+    nkisim.install_nki_alias()
+    try:
+        kernel = load_kernel(args.kernel)
+        inputs = read_inputs(args.inputs, args.shapes, args.seed)
+        kwargs = _keyword_args(args.arg)
+        result, tensors = run_capturing(kernel, tuple(inputs), kwargs, args.target)
+    finally:
+        if installed_here:
+            nkisim.uninstall_nki_alias()
+    func = kernel.func if isinstance(kernel, nkisim.Kernel) else kernel
+    try:
+        passed = dict(inspect.signature(func).bind(*inputs, **kwargs).arguments)
+    except TypeError:
+        passed = {}
+    named = _named_outputs(result.outputs)
+    named += [(f"input_{k}", v) for k, (_, v) in written_inputs(passed, tensors).items()]
+    print(f"{getattr(func, '__qualname__', args.kernel)} on {result.target}:")
+    if not named:
+        print("  the kernel returned nothing and wrote no input")
+    for name, value in named:
+        if isinstance(value, np.ndarray):
+            print(f"  {name}: {dtype_name(value.dtype)}[{', '.join(map(str, value.shape))}]")
+        else:
+            print(f"  {name}: {value!r}")
+    print()
+    print(result.profile.summary())
+    if args.trace:
+        result.profile.to_perfetto(args.trace)
+        print(f"Perfetto trace written to {args.trace} (open it at https://ui.perfetto.dev)")
+    if args.save:
+        _save(args.save, named)
+    return 0
+
+
+def _save(path: str, named: list[tuple[str, Any]]) -> None:
+    """Save arrays to ``.npz``; bfloat16 and fp8 (which ``np.load`` cannot name) as their exact float32 values."""
+    arrays, widened = {}, []
+    for name, value in named:
+        if not isinstance(value, np.ndarray):
+            continue
+        if value.dtype.kind == "V":  # ml_dtypes types
+            widened.append(f"{name} ({dtype_name(value.dtype)})")
+            value = value.astype(np.float32)
+        arrays[name] = value
+    np.savez(path, **arrays)
+    note = f"; saved as float32: {', '.join(widened)}" if widened else ""
+    print(f"outputs saved to {path}{note}")
+
+
+def _add_run_command(commands: Any) -> None:
+    run_cmd = commands.add_parser(
+        "run",
+        help="run a kernel file written for NKI ('import nki') and print its outputs and profile",
+        description="Run a kernel file unchanged: 'import nki' is aliased to nkisim while it loads and runs "
+        "(refused if a real NKI is installed).",
+    )
+    run_cmd.add_argument("kernel", help="path/to/kernel.py:function (':function' may be left out for a sole kernel)")
+    run_cmd.add_argument("--inputs", nargs="*", default=[], help="input arrays: .npy/.npz files; a.npy:bfloat16 casts")
+    run_cmd.add_argument("--shapes", nargs="*", default=[], help="random inputs after --inputs, like 128x512:float32")
+    run_cmd.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    run_cmd.add_argument("--arg", action="append", default=[], help="a keyword argument NAME=VALUE (Python literal)")
+    run_cmd.add_argument("--target", default=None, help=f"hardware generation ({', '.join(generation_names())})")
+    run_cmd.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    run_cmd.add_argument("--save", default=None, help="save outputs (and inputs the kernel wrote) to this .npz")
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    try:
+        return run_file(args)
+    except (UsageError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except nkisim.KernelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nkisim", description="nkisim: simulate NKI kernels on a CPU")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -47,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     demo_cmd.add_argument("--target", choices=generation_names(), default=None, help="hardware generation")
     demo_cmd.add_argument("--trace", default="nkisim_demo.perfetto.json", help="Perfetto trace path ('' for none)")
     commands.add_parser("isa-doc", help="print the instruction table of docs/isa.md")
+    _add_run_command(commands)
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run_command(args)
     if args.command == "isa-doc":
         from nkisim.isa.catalog import isa_markdown
 

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nkisim.errors import KernelError, OperandError, SourceLoc, TargetError
+from nkisim.frontend.launch import Launch, Peer, SharedHbmMemory
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
 from nkisim.isa.common import check_common
@@ -26,14 +27,28 @@ class KernelContext:
         compute: when False, only the timeline is built (shapes and dtypes are enough).
     """
 
-    def __init__(self, hw: HwConfig, compute: bool = True, program_id: int = 0, num_programs: int = 1) -> None:
+    def __init__(
+        self,
+        hw: HwConfig,
+        compute: bool = True,
+        program_id: int = 0,
+        num_programs: int = 1,
+        launch: Launch | None = None,
+        grid: tuple[int, ...] = (),
+    ) -> None:
         self.hw = hw
         self.compute = compute
-        self.memory = MemorySystem(hw, poison=compute)
+        self.memory = (
+            MemorySystem(hw, poison=compute) if launch is None else SharedHbmMemory(hw, launch, program_id, compute)
+        )
         self.state = EngineState(hw.sbuf.partitions, hw.nc_version)
         self.scheduler = Scheduler(hw)
         self.program_id = program_id
         self.num_programs = num_programs
+        #: The launch grid (``kernel[2]``: ``(2,)``; a plain call: ``()``).
+        self.grid = grid
+        #: This program's link to the other one in an LNC=2 launch, else None.
+        self.peer = Peer(launch, program_id) if launch is not None else None
         self.kernel_name = ""
 
     def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
@@ -64,14 +79,24 @@ class KernelContext:
                     target=self.hw.name,
                 ) from exc
         reads, writes = ops.accessed()
-        self.scheduler.schedule(
-            name,
-            engine,
-            spec.cost(ops, self.hw, engine),
-            [t.region for _, t in reads],
-            [t.region for _, t in writes],
-            loc,
-        )
+        read_regions = [t.region for _, t in reads]
+        write_regions = [t.region for _, t in writes]
+        for _, t in (*reads, *writes):
+            read_regions.extend(t.offset_regions)  # a dynamic .ap() view reads its offset tile or register
+        extra = getattr(type(ops), "extra_accesses", None)
+        if extra is not None:  # registers, and HBM operands of sequencer instructions
+            more_reads, more_writes = extra(ops)
+            read_regions += more_reads
+            write_regions += more_writes
+        cost = spec.cost(ops, self.hw, engine)
+        not_before = 0.0
+        synchronise = getattr(type(ops), "synchronise", None)
+        if synchronise is not None:  # core_barrier, sendrecv: meet the other program
+            arrival = self.scheduler.earliest_start(engine, read_regions, write_regions)
+            not_before, cost = synchronise(ops, self.peer, arrival, cost, self.compute, chk)
+        self.scheduler.schedule(name, engine, cost, read_regions, write_regions, loc, not_before=not_before)
+        if self.peer is not None:
+            self.peer.yield_turn()
 
     def _engine(self, spec: InstructionSpec, ops: Any, loc: SourceLoc) -> Engine:
         requested = ops.engine if "engine" in spec.operands.model_fields else Engine.unknown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -13,9 +14,11 @@ import numpy as np
 
 from nkisim.errors import KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
+from nkisim.frontend.launch import Launch
 from nkisim.hw import HwConfig, load_target
 from nkisim.memory import Buffer, Tensor, to_dtype
 from nkisim.report import Profile
+from nkisim.sim import Timeline
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,25 @@ class Kernel:
         self.func = func
         self.platform_target = platform_target
         self.options = options
+        #: The launch grid: ``()`` for a plain call, ``(n,)`` for ``kernel[n]``.
+        self.grid: tuple[int, ...] = ()
         functools.update_wrapper(self, func)
+
+    def __getitem__(self, grid: Any) -> Kernel:
+        """``kernel[n]``: launch on ``n`` NeuronCores of a Logical NeuronCore (LNC), 1 or 2.
+
+        With ``kernel[2]`` (trn2, trn3) two programs run, ``nl.program_id(0)`` 0 and 1,
+        sharing the inputs and every ``nl.shared_hbm`` tensor; each has its own SBUF,
+        PSUM, private HBM, engines and timeline.
+        """
+        dims = grid if isinstance(grid, tuple) else (grid,)
+        if len(dims) != 1 or not isinstance(dims[0], (int, np.integer)) or isinstance(dims[0], bool):
+            raise OperandError(f"kernel[{grid!r}]: the launch grid is one integer, the LNC size (1 or 2)")
+        if int(dims[0]) not in (1, 2):
+            raise OperandError(f"kernel[{grid!r}]: a launch runs on 1 or 2 NeuronCores (LNC=1 or LNC=2)")
+        launched = Kernel(self.func, self.platform_target, **self.options)
+        launched.grid = (int(dims[0]),)
+        return launched
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if is_running():
@@ -61,7 +82,8 @@ class Kernel:
         return run(self, _as_inputs(args, kwargs)).outputs
 
     def __repr__(self) -> str:
-        return f"<nki kernel {self.func.__qualname__}>"
+        grid = f"[{self.grid[0]}]" if self.grid else ""
+        return f"<nki kernel {self.func.__qualname__}{grid}>"
 
 
 def _target(name: str | HwConfig | None) -> HwConfig:
@@ -132,8 +154,8 @@ def run(
         target: ``trn1``, ``inf2``, ``trn2``, ``trn3`` (or an ``HwConfig``); by default
             the kernel's ``platform_target``, the environment, then ``trn1``.
     """
-    ctx, returned = _simulate(kernel, inputs, target, compute=True)
-    result = RunResult(_collect(returned), _profile_of(ctx), ctx.hw.name)
+    ctxs, returned = _simulate(kernel, inputs, target, compute=True)
+    result = RunResult(_collect(returned), _profile_of(ctxs), ctxs[0].hw.name)
     for bucket in _COLLECTORS:
         bucket.append(result.profile)
     return result
@@ -175,8 +197,8 @@ def profile(
     """
     args, kwargs = _split(inputs)
     abstract = any(_as_spec(v) is not None for v in (*args, *kwargs.values()))
-    ctx, _ = _simulate(kernel, inputs, target, compute=not abstract)
-    return _profile_of(ctx)
+    ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract)
+    return _profile_of(ctxs)
 
 
 def output_specs(
@@ -190,12 +212,16 @@ def output_specs(
 
 def _simulate(
     kernel: Kernel | Callable[..., Any], inputs: Any, target: str | HwConfig | None, compute: bool
-) -> tuple[KernelContext, Any]:
+) -> tuple[list[KernelContext], Any]:
+    """Run the kernel; one context per program, and what program 0 returned."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
     hw = _target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)
-    ctx = KernelContext(hw, compute=compute)
+    programs = kernel.grid[0] if kernel.grid else 1
+    if programs > 1:
+        return _simulate_lnc(kernel, hw, args, kwargs, programs, compute)
+    ctx = KernelContext(hw, compute=compute, grid=kernel.grid)
     ctx.kernel_name = kernel.func.__qualname__
     bound = _bind(kernel, args, kwargs)
     for name, value in bound.arguments.items():
@@ -205,11 +231,70 @@ def _simulate(
         returned = kernel.func(*bound.args, **bound.kwargs)
     finally:
         leave(token)
-    return ctx, returned
+    return [ctx], returned
 
 
-def _profile_of(ctx: KernelContext) -> Profile:
-    return Profile(ctx.scheduler.timeline, ctx.hw.name, ctx.hw.reference_clock_ghz, ctx.kernel_name)
+def _simulate_lnc(
+    kernel: Kernel, hw: HwConfig, args: tuple[Any, ...], kwargs: dict[str, Any], programs: int, compute: bool
+) -> tuple[list[KernelContext], Any]:
+    """``kernel[2]``: two programs in turn-taking threads, sharing the inputs and shared HBM (see launch.py)."""
+    if hw.nc_version < 3:
+        raise TargetError(
+            f"kernel[{programs}] runs on {programs} NeuronCores (LNC={programs}), which needs trn2 or trn3; "
+            f"{hw.name} (NeuronCore-v{hw.nc_version}) has one NeuronCore per logical core",
+            loc=_kernel_loc(kernel),
+        )
+    launch = Launch(programs)
+    ctxs = [
+        KernelContext(hw, compute=compute, program_id=pid, num_programs=programs, launch=launch, grid=kernel.grid)
+        for pid in range(programs)
+    ]
+    for ctx in ctxs:
+        ctx.kernel_name = kernel.func.__qualname__
+    bound = _bind(kernel, args, kwargs)
+    first = ctxs[0].memory
+    first.sharing = False  # type: ignore[attr-defined] - inputs are shared by passing the same tensors
+    for name, value in bound.arguments.items():
+        bound.arguments[name] = _to_hbm(ctxs[0], name, value, kernel)
+    first.sharing = True  # type: ignore[attr-defined]
+
+    def body(ctx: KernelContext) -> Callable[[], Any]:
+        def program() -> Any:
+            token = enter(ctx)
+            try:
+                return kernel.func(*bound.args, **bound.kwargs)
+            finally:
+                leave(token)
+
+        return program
+
+    returns = launch.run([body(ctx) for ctx in ctxs])
+    return ctxs, returns[0]
+
+
+def _profile_of(ctxs: list[KernelContext]) -> Profile:
+    """One profile; with several programs, their timelines side by side on tracks named ``core<i> <engine>``."""
+    first = ctxs[0]
+    timeline = first.scheduler.timeline if len(ctxs) == 1 else _merge([ctx.scheduler.timeline for ctx in ctxs])
+    return Profile(timeline, first.hw.name, first.hw.reference_clock_ghz, first.kernel_name)
+
+
+#: Timeline columns that hold instruction indices (shifted when timelines are merged).
+_INDEX_COLUMNS = ("producer", "pred")
+
+
+def _merge(timelines: list[Timeline]) -> Timeline:
+    merged = Timeline()
+    for core, tl in enumerate(timelines):
+        shift = len(merged)
+        for column in dataclasses.fields(Timeline):
+            values = getattr(tl, column.name)
+            if column.name == "track":
+                values = [f"core{core} {track}" for track in values]
+            elif column.name in _INDEX_COLUMNS:
+                values = [i + shift if i >= 0 else i for i in values]
+            getattr(merged, column.name).extend(values)
+    return merged
 
 
 def _as_spec(value: Any) -> ArraySpec | None:

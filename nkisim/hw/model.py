@@ -56,6 +56,25 @@ class EngineConfig(_Frozen):
     two_sbuf_inputs_cycles_per_element: float = Field(default=1.0, gt=0)
     #: Vector: bf16 add/max reductions and memset of zero into 16-bit tiles run at double rate.
     fast_path_cycles_per_element: float = Field(default=1.0, gt=0)
+    #: Vector: bn_aggr costs this many cycles per (count, mean, variance*count) group.
+    bn_aggr_cycles_per_group: float = Field(default=13.0, gt=0)
+    #: Vector: cycles per random 32-bit value (rng, rand2); XORWOW on NeuronCore-v4 makes 4 per cycle.
+    prng_cycles_per_element: float = Field(default=1.0, gt=0)
+    #: Vector: cycles per source element of quantize_mx (NeuronCore-v4 quantizes 4 per cycle).
+    quantize_mx_cycles_per_element: float = Field(default=1.0, gt=0)
+    #: GpSimd local_gather cost ``(overhead + t * n) / (t * n) / min(lane_bytes / dtype_bytes, n)``
+    #: cycles per element: ``t`` indices per batch, a batch overhead and the bytes of one lane.
+    local_gather_batch_indices: int = Field(default=1, gt=0)
+    local_gather_batch_overhead_cycles: float = Field(default=0.0, ge=0)
+    lane_bytes: int = Field(default=4, gt=0)
+    #: GpSimd nc_n_gather runs as one group of instructions per this many gathered elements per partition.
+    n_gather_group_elements: int = Field(default=512, gt=0)
+    #: Vector: reciprocal runs at 1/8 of the element-wise rate.
+    reciprocal_cycles_per_element: float = Field(default=1.0, gt=0)
+    #: Vector: exponential (NeuronCore-v4) cycles per element.
+    exponential_cycles_per_element: float = Field(default=1.0, gt=0)
+    #: GpSimd: tensor_partition_reduce cycles per element per partition, after the startup.
+    partition_reduce_cycles_per_element: float = Field(default=1.0, gt=0)
 
 
 class TensorEngineConfig(_Frozen):
@@ -76,6 +95,11 @@ class DmaConfig(_Frozen):
     queues: int = Field(gt=0)
     bytes_per_ns_per_engine: float = Field(gt=0)
     fixed_latency_ns: float = Field(ge=0)
+    #: dma_transpose throughput as a fraction of a copy's, reading HBM and reading SBUF.
+    transpose_hbm_efficiency: float = Field(gt=0, le=1)
+    transpose_sbuf_efficiency: float = Field(gt=0, le=1)
+    #: DMA compute (``dma_compute``, ``dma_copy`` with ``dst_rmw_op``) throughput as a fraction of a copy's.
+    compute_efficiency: float = Field(gt=0, le=1)
 
     @property
     def bytes_per_ns(self) -> float:
@@ -87,6 +111,17 @@ class SyncConfig(_Frozen):
     """Cross-engine synchronisation."""
 
     semaphore_latency_ns: float = Field(ge=0)
+    #: A semaphore update sent to the other core of an LNC=2 pair (``core_barrier``).
+    remote_semaphore_latency_ns: float = Field(ge=0)
+
+
+class SequencerConfig(_Frozen):
+    """Engine sequencers: control instructions on their 32-bit registers, at the issuing engine's clock."""
+
+    #: ``register_move``: one register ALU instruction.
+    register_op_cycles: int = Field(gt=0)
+    #: ``register_load`` / ``register_store`` of SBUF: one tensor access request.
+    register_sbuf_access_cycles: int = Field(gt=0)
 
 
 class HwConfig(_Frozen):
@@ -113,6 +148,7 @@ class HwConfig(_Frozen):
     scalar: EngineConfig
     gpsimd: EngineConfig
     sync_engine: EngineConfig
+    sequencer: SequencerConfig
 
     @model_validator(mode="after")
     def _check(self) -> HwConfig:

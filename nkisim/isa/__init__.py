@@ -1,6 +1,21 @@
 """The instruction set: one registry of instruction specs (operands, engines, semantics, cost)."""
 
-from nkisim.isa import dma, gpsimd, scalar, tensor_engine, vector  # noqa: F401 - they register instructions
+from nkisim.isa import (  # noqa: F401 - they register instructions
+    collectives,
+    dma,
+    gpsimd,
+    gpsimd_misc,
+    movement,
+    mx,
+    random,
+    registers,
+    scalar,
+    select,
+    stats,
+    tensor_engine,
+    vector,
+    vector_reduce,
+)
 from nkisim.isa.enums import dge_mode, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from nkisim.isa.ops import OPS, Op
 from nkisim.isa.spec import REGISTRY, Check, Cost, EngineState, InstructionSpec, Operands

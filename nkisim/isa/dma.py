@@ -1,14 +1,81 @@
-"""DMA instructions: copies between HBM and SBUF, run by the DMA engines."""
+"""DMA instructions: copies, transposes and DMA-compute reductions, run by the DMA engines.
+
+Every DMA waits the fixed trigger latency, then moves its bytes at the core's
+aggregate DMA bandwidth (``hw.dma.bytes_per_ns``), scaled by the documented
+efficiency of a transpose or of DMA compute.
+"""
 
 from __future__ import annotations
 
-from nkisim.errors import OperandError, ShapeError
+from typing import Annotated
+
+import numpy as np
+
+from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError, TargetError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
-from nkisim.isa.common import check_in, copy_bits, f32, same_format, write
+from nkisim.isa.common import F32, check_in, copy_bits, f32, same_format, write
 from nkisim.isa.ops import OPS, Op
-from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, instruction
-from nkisim.memory import Buffer
+from nkisim.isa.spec import Access, Check, Cost, EngineState, In, Operands, Out, instruction
+from nkisim.memory import Buffer, Tensor, dtype_name
+from nkisim.memory.access import apply_dynamic
+
+DMA_MEMORIES = (Buffer.hbm, Buffer.private_hbm, Buffer.shared_hbm, Buffer.sbuf)
+#: The most source tensors one ``dma_compute`` takes [nki.isa.dma_compute].
+MAX_DMA_COMPUTE_SRCS = 16
+#: ``dma_transpose``'s permutation for each source rank [nki.isa.dma_transpose].
+TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+DYNAMIC_DGE_MODES = (enums.dge_mode.swdge, enums.dge_mode.hwdge)
+
+
+# -- shared rules ---------------------------------------------------------------------
+
+
+def has_dynamic_offset(t: Tensor) -> bool:
+    """True when ``t`` is addressed at run time (``.ap(vector_offset=..., scalar_offset=...)``)."""
+    return t.is_dynamic
+
+
+def check_dge_mode(chk: Check, mode: enums.dge_mode) -> None:
+    """Hardware DGE exists from NeuronCore-v3 on."""
+    if mode is enums.dge_mode.hwdge and chk.hw.nc_version < 3:
+        chk.fail(TargetError, "dge_mode", "hwdge (hardware DGE) needs NeuronCore-v3 or newer")
+
+
+def check_element_counts(chk: Check, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
+    if a.size != b.size:
+        chk.fail(
+            ShapeError,
+            b_name,
+            f"has {b.size} elements ({list(b.shape)}) but {a_name} has {a.size} ({list(a.shape)})",
+        )
+
+
+def dma_cost(hw: HwConfig, nbytes: int, efficiency: float = 1.0, paced_bytes: float | None = None) -> Cost:
+    """The fixed trigger latency, then ``paced_bytes`` (default ``nbytes``) at ``efficiency`` x the DMA bandwidth."""
+    paced = nbytes if paced_bytes is None else paced_bytes
+    return Cost(
+        busy_ns=paced / (hw.dma.bytes_per_ns * efficiency),
+        latency_ns=hw.dma.fixed_latency_ns,
+        bytes=nbytes,
+    )
+
+
+def dma_compute_cost(hw: HwConfig, src_bytes: list[int], dst_bytes: int) -> Cost:
+    """DMA compute: ``max(sum(src bytes) / 2, dst bytes)`` at ``compute_efficiency`` x the DMA rate.
+
+    The published figure (50% of a copy's throughput) is for a two-input
+    accumulation ``B += A``; each further pair of sources is read as one more pass.
+    """
+    paced = max(sum(src_bytes) / 2, dst_bytes)
+    return dma_cost(hw, max(sum(src_bytes), dst_bytes), hw.dma.compute_efficiency, paced)
+
+
+def nbytes(t: Tensor) -> int:
+    return t.size * t.itemsize
+
+
+# -- dma_copy -------------------------------------------------------------------------
 
 
 class DmaCopyOps(Operands):
@@ -21,23 +88,26 @@ class DmaCopyOps(Operands):
 
 
 def _dma_copy_validate(ops: DmaCopyOps, chk: Check) -> None:
-    check_in(chk, "src", ops.src, Buffer.hbm, Buffer.private_hbm, Buffer.shared_hbm, Buffer.sbuf)
-    check_in(chk, "dst", ops.dst, Buffer.hbm, Buffer.private_hbm, Buffer.shared_hbm, Buffer.sbuf)
-    if ops.src.size != ops.dst.size:
-        chk.fail(
-            ShapeError,
-            "dst",
-            f"has {ops.dst.size} elements ({list(ops.dst.shape)}) but src has {ops.src.size} ({list(ops.src.shape)})",
-        )
+    check_in(chk, "src", ops.src, *DMA_MEMORIES)
+    check_in(chk, "dst", ops.dst, *DMA_MEMORIES)
+    check_element_counts(chk, "src", ops.src, "dst", ops.dst)
     if ops.dst_rmw_op is not None and ops.dst_rmw_op is not OPS["add"]:
         chk.fail(OperandError, "dst_rmw_op", f"{ops.dst_rmw_op!r} is not supported; only nl.add")
-    if ops.dge_mode is enums.dge_mode.hwdge and chk.hw.nc_version < 3:
-        chk.fail(OperandError, "dge_mode", "hardware DGE needs NeuronCore-v3 or newer")
+    check_dge_mode(chk, ops.dge_mode)
+    dynamic = ops.dge_mode in DYNAMIC_DGE_MODES or has_dynamic_offset(ops.src) or has_dynamic_offset(ops.dst)
+    if ops.dst_rmw_op is not None and dynamic and ops.oob_mode is not enums.oob_mode.error:
+        chk.fail(
+            OperandError,
+            "oob_mode",
+            f"must be oob_mode.error when dst_rmw_op is used in a dynamic DGE mode ({ops.dge_mode.name})",
+        )
 
 
 def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
-    nbytes = max(ops.src.size * ops.src.itemsize, ops.dst.size * ops.dst.itemsize)
-    return Cost(busy_ns=nbytes / hw.dma.bytes_per_ns, latency_ns=hw.dma.fixed_latency_ns, bytes=nbytes)
+    """``max(src bytes, dst bytes)`` at the DMA rate; with ``dst_rmw_op``, DMA compute over ``[dst, src]``."""
+    if ops.dst_rmw_op is not None:
+        return dma_compute_cost(hw, [nbytes(ops.dst), nbytes(ops.src)], nbytes(ops.dst))
+    return dma_cost(hw, max(nbytes(ops.src), nbytes(ops.dst)))
 
 
 @instruction("dma_copy", DmaCopyOps, engines=(Engine.dma,), cost=_dma_copy_cost, validate=_dma_copy_validate)
@@ -45,11 +115,146 @@ def dma_copy(ops: DmaCopyOps, state: EngineState) -> None:
     """Copy ``src`` to ``dst`` element by element in row-major order (shapes may differ).
 
     A dtype change goes through float32. ``dst_rmw_op=nl.add`` stores ``dst + src``
-    computed in float32.
+    computed in float32. ``oob_mode`` and ``unique_indices`` only matter for dynamic
+    addresses and indices (``.ap()`` gather and scatter, resolved by ``apply_dynamic``);
+    with static addresses nothing is ever out of bounds.
     """
-    if ops.dst_rmw_op is not None:
-        write(ops.dst, f32(ops.dst).reshape(-1) + f32(ops.src).reshape(-1))
-    elif same_format(ops.src, ops.dst):
-        copy_bits(ops.dst, ops.src)
-    else:
-        write(ops.dst, f32(ops.src))
+
+    def copy(dst: Tensor, src: Tensor) -> None:
+        if ops.dst_rmw_op is not None:
+            write(dst, f32(dst).reshape(-1) + f32(src).reshape(-1))
+        elif same_format(src, dst):
+            copy_bits(dst, src)
+        else:
+            write(dst, f32(src))
+
+    apply_dynamic(ops.dst, ops.src, ops.oob_mode is enums.oob_mode.skip, copy)
+
+
+# -- dma_transpose --------------------------------------------------------------------
+
+
+class DmaTransposeOps(Operands):
+    dst: Out
+    src: In
+    axes: tuple[int, ...] | None = None
+    dge_mode: enums.dge_mode = enums.dge_mode.unknown
+    oob_mode: enums.oob_mode = enums.oob_mode.error
+
+
+def transpose_axes(ops: DmaTransposeOps) -> tuple[int, ...]:
+    return TRANSPOSE_AXES[ops.src.ndim]
+
+
+def _dma_transpose_validate(ops: DmaTransposeOps, chk: Check) -> None:
+    check_in(chk, "src", ops.src, *DMA_MEMORIES)
+    check_in(chk, "dst", ops.dst, Buffer.sbuf)
+    if ops.src.ndim not in TRANSPOSE_AXES:
+        chk.fail(ShapeError, "src", f"is {ops.src.ndim}-D {list(ops.src.shape)}; dma_transpose takes 2-D to 4-D tiles")
+    perm = transpose_axes(ops)
+    if ops.axes is not None and tuple(ops.axes) != perm:
+        chk.fail(
+            OperandError,
+            "axes",
+            f"{tuple(ops.axes)} is not supported for a {ops.src.ndim}-D src; use {perm} (or None)",
+        )
+    if not same_format(ops.src, ops.dst):
+        chk.fail(
+            DtypeError, "dst", f"dtype {dtype_name(ops.dst.dtype)} differs from src dtype {dtype_name(ops.src.dtype)}"
+        )
+    out_shape = tuple(ops.src.shape[a] for a in perm)
+    if ops.dst.shape != out_shape and (
+        ops.dst.partitions != out_shape[0] or ops.dst.size != ops.src.size  # NKI 0.2 lets the free dims be reshaped
+    ):
+        chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} must be the transposed shape {list(out_shape)}")
+    if ops.dge_mode not in (enums.dge_mode.unknown, enums.dge_mode.hwdge):
+        chk.fail(
+            OperandError,
+            "dge_mode",
+            f"{ops.dge_mode.name} is not valid for a direct transpose; use dge_mode.unknown or dge_mode.hwdge",
+        )
+    check_dge_mode(chk, ops.dge_mode)
+    if ops.dge_mode is enums.dge_mode.hwdge:
+        _check_hwdge_transpose(ops, chk)
+
+
+def _check_hwdge_transpose(ops: DmaTransposeOps, chk: Check) -> None:
+    src = ops.src
+    if src.shape[0] != 16:
+        chk.fail(ShapeError, "src", f"shape[0] is {src.shape[0]}; a hwdge transpose needs 16")
+    if src.shape[-1] % 128:
+        chk.fail(ShapeError, "src", f"shape[-1] is {src.shape[-1]}; a hwdge transpose needs a multiple of 128")
+    if src.itemsize != 2:
+        chk.fail(DtypeError, "src", f"dtype {dtype_name(src.dtype)} is not a 2-byte type, as a hwdge transpose needs")
+
+
+def _dma_transpose_cost(ops: DmaTransposeOps, hw: HwConfig, engine: Engine) -> Cost:
+    """The source bytes at the DMA rate times the transpose efficiency (from HBM or from SBUF)."""
+    eff = hw.dma.transpose_sbuf_efficiency if ops.src.buffer.is_on_chip else hw.dma.transpose_hbm_efficiency
+    return dma_cost(hw, nbytes(ops.src), eff)
+
+
+@instruction(
+    "dma_transpose",
+    DmaTransposeOps,
+    engines=(Engine.dma,),
+    cost=_dma_transpose_cost,
+    validate=_dma_transpose_validate,
+)
+def dma_transpose(ops: DmaTransposeOps, state: EngineState) -> None:
+    """``dst = src.transpose(axes)``: ``(1, 0)``, ``(2, 1, 0)`` or ``(3, 1, 2, 0)`` by rank, bit-exact."""
+    ops.dst.array[...] = np.transpose(ops.src.array, transpose_axes(ops)).reshape(ops.dst.shape)
+
+
+# -- dma_compute ----------------------------------------------------------------------
+
+
+class DmaComputeOps(Operands):
+    dst: Out
+    srcs: Annotated[list[Tensor], Access.read]
+    scales: list[float]
+    reduce_op: Op
+
+    def accessed(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
+        reads, writes = super().accessed()
+        reads.extend((f"srcs[{i}]", t) for i, t in enumerate(self.srcs))
+        return reads, writes
+
+
+def _dma_compute_validate(ops: DmaComputeOps, chk: Check) -> None:
+    if not 1 <= len(ops.srcs) <= MAX_DMA_COMPUTE_SRCS:
+        chk.fail(OperandError, "srcs", f"has {len(ops.srcs)} tensors; give 1 to {MAX_DMA_COMPUTE_SRCS}")
+    if len(ops.scales) != len(ops.srcs):
+        chk.fail(OperandError, "scales", f"has {len(ops.scales)} values for {len(ops.srcs)} srcs")
+    if any(s != 1.0 for s in ops.scales):
+        chk.fail(OperandError, "scales", f"{list(ops.scales)} must all be 1.0")
+    if ops.reduce_op is not OPS["add"]:
+        chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; only nl.add")
+    check_in(chk, "dst", ops.dst, *DMA_MEMORIES)
+    for i, src in enumerate(ops.srcs):
+        name = f"srcs[{i}]"
+        if src.buffer not in DMA_MEMORIES:
+            chk.fail(MemoryKindError, name, f"must be in HBM or SBUF, not {src.buffer.value.upper()} ({src.name})")
+        check_element_counts(chk, "dst", ops.dst, name, src)
+
+
+def _dma_compute_cost(ops: DmaComputeOps, hw: HwConfig, engine: Engine) -> Cost:
+    return dma_compute_cost(hw, [nbytes(s) for s in ops.srcs], nbytes(ops.dst))
+
+
+@instruction(
+    "dma_compute",
+    DmaComputeOps,
+    engines=(Engine.dma,),
+    cost=_dma_compute_cost,
+    validate=_dma_compute_validate,
+)
+def dma_compute(ops: DmaComputeOps, state: EngineState) -> None:
+    """``dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ...`` in float32, left to right, cast on write.
+
+    Elements pair up in row-major order, so shapes may differ when element counts match.
+    """
+    acc = f32(ops.srcs[0]).reshape(-1) * F32(ops.scales[0])
+    for src, scale in zip(ops.srcs[1:], ops.scales[1:]):
+        acc = acc + f32(src).reshape(-1) * F32(scale)
+    write(ops.dst, acc)

@@ -1,4 +1,4 @@
-"""The Scalar Engine's activation instruction, with its ``reduce_regs`` accumulators."""
+"""The Scalar Engine's activation instructions, with their shared ``reduce_regs`` accumulators."""
 
 from __future__ import annotations
 
@@ -9,13 +9,27 @@ from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
 from nkisim.isa.common import as_rows, check_same_layout, check_vector_operand, f32, per_partition, write
 from nkisim.isa.ops import OPS, Op
-from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, OptOut, OptScalarOrIn, Out, ScalarOrIn, instruction
+from nkisim.isa.spec import (
+    Check,
+    Cost,
+    EngineState,
+    In,
+    Operands,
+    OptOut,
+    OptScalarOrIn,
+    Out,
+    ScalarOrIn,
+    engine_cost,
+    instruction,
+)
 from nkisim.isa.vector import per_element_cost
+from nkisim.isa.vector_reduce import check_column
 from nkisim.memory import Tensor, to_dtype
 
 _RESETS = (enums.reduce_cmd.reset, enums.reduce_cmd.reset_reduce)
 _ACCUMULATES = (enums.reduce_cmd.reduce, enums.reduce_cmd.reset_reduce)
 _FP32 = to_dtype("float32")
+F32 = np.float32
 
 
 class ActivationOps(Operands):
@@ -30,6 +44,15 @@ class ActivationOps(Operands):
 
 
 def _activation_validate(ops: ActivationOps, chk: Check) -> None:
+    _check_activation_operands(ops, chk)
+    if ops.reduce_op is not None and ops.reduce_op is not OPS["add"]:
+        chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; only nl.add")
+    if ops.reduce_res is not None:
+        check_vector_operand(chk, "reduce_res", ops.reduce_res, ops.data.partitions)
+
+
+def _check_activation_operands(ops: ActivationOps | ActivationReduceOps, chk: Check) -> None:
+    """The rules on ``op``, ``data``, ``dst``, ``scale`` and ``bias`` shared with activation_reduce."""
     if not ops.op.is_activation:
         chk.fail(OperandError, "op", f"{ops.op!r} is not an activation function")
     check_same_layout(chk, "data", ops.data, "dst", ops.dst)
@@ -40,13 +63,10 @@ def _activation_validate(ops: ActivationOps, chk: Check) -> None:
     check_vector_operand(chk, "bias", ops.bias, p)
     if ops.bias is not None and not isinstance(ops.bias, Tensor) and chk.hw.nc_version < 3:
         chk.fail(TargetError, "bias", "must be a (P, 1) tensor on NeuronCore-v2; scalars need v3 or newer")
-    if ops.reduce_op is not None and ops.reduce_op is not OPS["add"]:
-        chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; only nl.add")
-    if ops.reduce_res is not None:
-        check_vector_operand(chk, "reduce_res", ops.reduce_res, p)
 
 
 def _activation_cost(ops: ActivationOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Scalar cycles, plus ``MIN_II`` to read the registers into reduce_res."""
     cost = per_element_cost(engine, hw, ops.data.free_size)
     if ops.reduce_res is None:
         return cost
@@ -70,12 +90,7 @@ def activation(ops: ActivationOps, state: EngineState) -> None:
     the cast to ``dst``). ``reduce_res`` receives the registers.
     """
     p = ops.data.partitions
-    x = as_rows(f32(ops.data), p) * per_partition(ops.scale, p)
-    if ops.bias is not None:
-        x = x + per_partition(ops.bias, p)
-    assert ops.op.unary is not None
-    with np.errstate(all="ignore"):
-        out = np.asarray(ops.op.unary(x.astype(np.float32, copy=False)), dtype=np.float32)
+    out = _activate(ops)
     write(ops.dst, out)
     regs = state.scalar_reduce_regs[:p]
     if ops.reduce_cmd in _RESETS:
@@ -84,3 +99,73 @@ def activation(ops: ActivationOps, state: EngineState) -> None:
         regs += out.sum(axis=1, dtype=np.float32)
     if ops.reduce_res is not None:
         write(ops.reduce_res, regs.reshape(p, 1))
+
+
+def _activate(ops: ActivationOps | ActivationReduceOps) -> np.ndarray:
+    """``op(data * scale + bias)`` in float32, as ``(partitions, elements)``."""
+    p = ops.data.partitions
+    x = as_rows(f32(ops.data), p) * per_partition(ops.scale, p)
+    if ops.bias is not None:
+        x = x + per_partition(ops.bias, p)
+    assert ops.op.unary is not None
+    with np.errstate(all="ignore"):
+        return np.asarray(ops.op.unary(x.astype(np.float32, copy=False)), dtype=np.float32)
+
+
+# -- activation_reduce ----------------------------------------------------------------
+
+
+class ActivationReduceOps(Operands):
+    dst: Out
+    op: Op
+    data: In
+    reduce_op: Op
+    reduce_res: Out
+    bias: OptScalarOrIn = None
+    scale: ScalarOrIn = 1.0
+
+
+#: reduce_op values of activation_reduce (NeuronCore-v2: add only).
+_REDUCE_OPS = ("add", "maximum", "minimum")
+
+
+def _activation_reduce_validate(ops: ActivationReduceOps, chk: Check) -> None:
+    _check_activation_operands(ops, chk)
+    if ops.reduce_op.name not in _REDUCE_OPS:
+        chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; use nl.add, nl.maximum or nl.minimum")
+    if ops.reduce_op.name != "add" and chk.hw.nc_version < 3:
+        chk.fail(
+            TargetError, "reduce_op", f"{ops.reduce_op!r} needs NeuronCore-v3 or newer; NeuronCore-v2 has only nl.add"
+        )
+    check_column(chk, "reduce_res", ops.reduce_res, ops.data.partitions)
+
+
+def _activation_reduce_cost(ops: ActivationReduceOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N) + MIN_II`` Scalar cycles (the second term reads the accumulators out)."""
+    cost = per_element_cost(engine, hw, ops.data.free_size)
+    return engine_cost(hw, engine, cost.cycles + hw.engine(engine).min_ii_cycles)
+
+
+@instruction(
+    "activation_reduce",
+    ActivationReduceOps,
+    engines=(Engine.scalar,),
+    cost=_activation_reduce_cost,
+    validate=_activation_reduce_validate,
+)
+def activation_reduce(ops: ActivationReduceOps, state: EngineState) -> None:
+    """``dst = op(data * scale + bias)``; ``reduce_res = reduce_op`` of it over every free axis.
+
+    As ``activation`` with ``reduce_cmd=reset_reduce`` and ``reduce_res``: the Scalar
+    Engine's ``reduce_regs`` (shared with ``activation``) are reset to the identity of
+    ``reduce_op``, reduce the float32 output (before the cast to ``dst``) and are read
+    out into ``reduce_res``.
+    """
+    p = ops.data.partitions
+    out = _activate(ops)
+    write(ops.dst, out)
+    regs = state.scalar_reduce_regs[:p]
+    assert ops.reduce_op.reduce is not None
+    # Starting from the identity of reduce_op, the registers end up holding the reduction itself.
+    regs[...] = ops.reduce_op.reduce.reduce(out, axis=1, dtype=F32)
+    write(ops.reduce_res, regs.reshape(p, 1))

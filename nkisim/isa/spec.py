@@ -104,12 +104,15 @@ class EngineState:
         vector_reduce_regs: the Vector Engine's own accumulators (``exponential``,
             ``select_reduce``, ``range_select``, ``tensor_scalar_reduce``,
             ``tensor_scalar_cumulative``).
+        prng: each engine's pseudo-random generator state, ``(partitions, words)`` uint32
+            per engine, made on first use by :mod:`nkisim.isa.random`.
     """
 
     partitions: int
     nc_version: int
     scalar_reduce_regs: np.ndarray = field(init=False)
     vector_reduce_regs: np.ndarray = field(init=False)
+    prng: dict[Engine, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.scalar_reduce_regs = np.zeros(self.partitions, dtype=np.float32)

@@ -33,6 +33,7 @@ class NcMatmulOps(Operands):
     is_stationary_onezero: bool = False
     is_moving_onezero: bool = False
     is_transpose: bool = False
+    accumulate: bool | None = None
     tile_position: tuple[int, ...] | list[int] = ()
     tile_size: tuple[int, ...] | list[int] = ()
     perf_mode: enums.matmul_perf_mode = enums.matmul_perf_mode.none
@@ -72,8 +73,9 @@ def _nc_matmul_validate(ops: NcMatmulOps, chk: Check) -> None:
         )
     if m > cols:
         chk.fail(ShapeError, "stationary", f"free size {m} exceeds the PE tile's {cols} columns")
-    if n > hw.tensor.moving_fmax:
-        chk.fail(ShapeError, "moving", f"free size {n} exceeds {hw.tensor.moving_fmax}")
+    n_max = _moving_fmax(ops, hw)
+    if n > n_max:
+        chk.fail(ShapeError, "moving", f"free size {n} exceeds {n_max} for a {dtype_name(ops.dst.dtype)} dst")
     if ops.is_transpose and hw.nc_version >= 3:
         if ops.dst.dtype != ops.stationary.dtype:
             chk.fail(DtypeError, "dst", "must have the dtype of stationary in transpose mode")
@@ -84,6 +86,13 @@ def _nc_matmul_validate(ops: NcMatmulOps, chk: Check) -> None:
         chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} must hold the [{m}, {n}] result")
     if ops.dst.free_size * ops.dst.itemsize > hw.psum.bank_bytes * (8 if hw.nc_version >= 4 else 1):
         chk.fail(ShapeError, "dst", "does not fit in one PSUM bank")
+
+
+def _moving_fmax(ops: NcMatmulOps, hw: HwConfig) -> int:
+    """512 (one PSUM bank of fp32) before NeuronCore-v4; from v4 all 8 banks: 4096 fp32 or 8192 bf16 values."""
+    if hw.nc_version >= 4:
+        return hw.psum.bytes_per_partition // ops.dst.itemsize
+    return hw.tensor.moving_fmax
 
 
 def _check_double_row(ops: NcMatmulOps, chk: Check) -> None:
@@ -109,12 +118,20 @@ def _tile_shape(ops: NcMatmulOps, chk: Check) -> tuple[int, int]:
         if size not in legal:
             chk.fail(OperandError, "tile_size", f"{name} size {size} must be one of {sorted(legal)}")
     for name, pos, size in zip(("row", "column"), ops.tile_position, ops.tile_size):
-        if pos % size or pos + size > 128:
+        if pos < 0 or pos % size or pos + size > 128:
             chk.fail(OperandError, "tile_position", f"start {name} {pos} must be a multiple of {size} within 128")
     return ops.tile_size[0], ops.tile_size[1]
 
 
 def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(min(64, M), N)`` PE cycles (fp32/tf32 inputs: x4, x2 with a one/zero operand).
+
+    PE tiling: the docs let matmuls on disjoint row/column tiles of the 128x128 array
+    run in parallel, but publish no cost for it. nkisim charges a tiled matmul the same
+    formula over its own M and N and runs Tensor Engine instructions one after another,
+    so kernels that overlap small matmuls on disjoint tiles are over-estimated (by up
+    to the number of tiles in flight).
+    """
     k, m, n = _contraction_layout(ops)
     cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n)
     if _is_fp32_class(ops.stationary) and not (ops.is_transpose and hw.nc_version >= 3):
@@ -133,9 +150,11 @@ def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
 def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:
     """``dst = stationary.T @ moving`` in float32, accumulated in PSUM.
 
-    The first matmul write to a PSUM location after it is allocated overwrites it;
-    later writes add to it, as NKI 0.2's accumulation groups do. On NeuronCore-v3
-    and newer, ``is_transpose`` copies ``stationary.T`` bit-exactly.
+    ``accumulate=None`` (the default): the first matmul write to a PSUM location
+    after it is allocated overwrites it; later writes add to it, as NKI 0.2's
+    accumulation groups do. ``accumulate=False`` always overwrites and
+    ``accumulate=True`` always adds to the current contents (NKI 0.3+). On
+    NeuronCore-v3 and newer, ``is_transpose`` copies ``stationary.T`` bit-exactly.
     """
     k, m, n = _contraction_layout(ops)
     if ops.is_transpose and state.nc_version >= 3:
@@ -144,15 +163,17 @@ def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:
     stationary = f32(ops.stationary).reshape(k, m)
     moving = f32(ops.moving).reshape(k, n)
     product = stationary.T @ moving
-    _accumulate(ops.dst, product)
+    _accumulate(ops.dst, product, ops.accumulate)
 
 
-def _accumulate(dst: Tensor, product: np.ndarray) -> None:
+def _accumulate(dst: Tensor, product: np.ndarray, accumulate: bool | None = None) -> None:
     flags_storage = dst.storage.acc_flags
     assert flags_storage is not None
     flags = np.ndarray(dst.shape, np.uint8, flags_storage, dst.byte_offset, dst.array.strides)
     product = product.reshape(dst.shape)
-    if not flags.any():
+    if accumulate is not None:  # NKI 0.3+: explicit overwrite or accumulate, whatever wrote dst before
+        total = f32(dst) + product if accumulate else product
+    elif not flags.any():
         total = product
     elif flags.all():
         total = f32(dst) + product

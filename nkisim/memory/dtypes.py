@@ -16,6 +16,13 @@ import numpy as np
 
 TFLOAT32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
 
+#: NeuronCore-v4 MX types that pack four values in one element (``quantize_mx``, ``nc_matmul_mx``):
+#: unsigned-integer containers of 32 bits (four fp8 bytes) or 16 bits (four fp4 nibbles), value
+#: ``i`` in byte (nibble) ``i`` from the least significant end. See docs/semantics.md.
+FLOAT8_E5M2_X4 = np.dtype(np.uint32, metadata={"nki": "float8_e5m2_x4"})
+FLOAT8_E4M3FN_X4 = np.dtype(np.uint32, metadata={"nki": "float8_e4m3fn_x4"})
+FLOAT4_E2M1FN_X4 = np.dtype(np.uint16, metadata={"nki": "float4_e2m1fn_x4"})
+
 #: Every data type of NKI 0.2 by its ``nki.language`` name.
 NKI_DTYPES: dict[str, np.dtype] = {
     "bool_": np.dtype(np.bool_),
@@ -32,6 +39,9 @@ NKI_DTYPES: dict[str, np.dtype] = {
     "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
     "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "float8_e5m2_x4": FLOAT8_E5M2_X4,
+    "float8_e4m3fn_x4": FLOAT8_E4M3FN_X4,
+    "float4_e2m1fn_x4": FLOAT4_E2M1FN_X4,
 }
 
 _BY_NAME: dict[str, np.dtype] = {**NKI_DTYPES, "bool": NKI_DTYPES["bool_"]}
@@ -62,9 +72,9 @@ def to_dtype(value: Any) -> np.dtype:
 
 
 def dtype_name(dtype: np.dtype) -> str:
-    """The NKI name of a dtype (``tfloat32`` is told apart from ``float32``)."""
-    if is_tfloat32(dtype):
-        return "tfloat32"
+    """The NKI name of a dtype (``tfloat32`` and the packed x4 types are told apart by metadata)."""
+    if dtype.metadata and "nki" in dtype.metadata:
+        return str(dtype.metadata["nki"])
     return "bool_" if dtype == np.bool_ else dtype.name
 
 

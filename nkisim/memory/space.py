@@ -83,13 +83,26 @@ def _next_pow2(n: int) -> int:
 
 @dataclass
 class Allocation:
-    """A live on-chip allocation: a byte range used in the first ``partitions`` partitions."""
+    """A live on-chip allocation: a byte range used in ``partitions`` partitions from ``partition_offset``.
+
+    ``handle`` identifies it for :meth:`OnChipMemory.free` (two explicitly placed
+    allocations may share a byte offset in disjoint partitions).
+    """
 
     offset: int
     nbytes: int
     partitions: int
     what: tuple[str, tuple[int, ...], np.dtype]
     loc: SourceLoc | None
+    partition_offset: int = 0
+    handle: int = -1
+
+    def overlaps(self, offset: int, nbytes: int, partition_offset: int, partitions: int) -> bool:
+        bytes_meet = offset < self.offset + self.nbytes and self.offset < offset + nbytes
+        rows_meet = partition_offset < self.partition_offset + self.partitions and self.partition_offset < (
+            partition_offset + partitions
+        )
+        return bytes_meet and rows_meet
 
     @property
     def label(self) -> str:
@@ -108,14 +121,15 @@ class OnChipMemory:
     used_bytes: int = field(init=False, default=0)
     peak_bytes: int = field(init=False, default=0)
     _cursor: int = field(init=False, default=0)
+    _handles: itertools.count = field(init=False, default_factory=itertools.count)
 
     def __post_init__(self) -> None:
         self.storage = Storage(self.name, self.config.partitions, self.config.bytes_per_partition)
 
     def allocate(
         self, nbytes: int, partitions: int, what: tuple[str, tuple[int, ...], np.dtype], loc: SourceLoc | None
-    ) -> int:
-        """Reserve ``nbytes`` per partition and return the byte offset.
+    ) -> Allocation:
+        """Reserve ``nbytes`` per partition and return the allocation (its byte ``offset`` and ``handle``).
 
         PSUM allocations that fit in one bank never straddle two banks, and larger
         ones start on a bank boundary, as the Tensor Engine writes whole banks.
@@ -128,14 +142,48 @@ class OnChipMemory:
         offset = self._next_fit(size)
         if offset is None:
             raise CapacityError(self._full_message(nbytes, Allocation(0, nbytes, partitions, what, loc).label), loc=loc)
-        self.live[offset] = Allocation(offset, size, partitions, what, loc)
         self._cursor = offset + size
-        self.used_bytes += size
-        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
-        return offset
+        return self._add(Allocation(offset, size, partitions, what, loc))
 
-    def free(self, offset: int) -> None:
-        freed = self.live.pop(offset, None)
+    def place(
+        self,
+        offset: int,
+        partition_offset: int,
+        nbytes: int,
+        partitions: int,
+        what: tuple[str, tuple[int, ...], np.dtype],
+        loc: SourceLoc | None,
+    ) -> Allocation:
+        """Reserve ``nbytes`` per partition at an explicit address (``nl.ndarray(address=...)``).
+
+        The caller has checked that the range fits the memory. The next-fit cursor
+        does not move.
+
+        Raises:
+            CapacityError: if the range overlaps a live allocation, naming both.
+        """
+        label = Allocation(offset, nbytes, partitions, what, loc).label
+        for alloc in self.live.values():
+            if alloc.overlaps(offset, max(nbytes, 1), partition_offset, partitions):
+                where = f" (allocated at {alloc.loc})" if alloc.loc else ""
+                raise CapacityError(
+                    f"{self.name.upper()} address (partition {partition_offset}, byte {offset}) for {label} "
+                    f"overlaps live {alloc.label} at partitions {alloc.partition_offset}:"
+                    f"{alloc.partition_offset + alloc.partitions}, bytes {alloc.offset}:{alloc.offset + alloc.nbytes}"
+                    f"{where}",
+                    loc=loc,
+                )
+        return self._add(Allocation(offset, nbytes, partitions, what, loc, partition_offset))
+
+    def _add(self, alloc: Allocation) -> Allocation:
+        alloc.handle = next(self._handles)
+        self.live[alloc.handle] = alloc
+        self.used_bytes += alloc.nbytes
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+        return alloc
+
+    def free(self, handle: int) -> None:
+        freed = self.live.pop(handle, None)
         if freed is not None:
             self.used_bytes -= freed.nbytes
 
@@ -151,14 +199,15 @@ class OnChipMemory:
 
     def _fit_from(self, cursor: int, size: int) -> int | None:
         bank = self.config.bank_bytes if self.config.banks > 1 else None
-        for start in sorted(self.live):
-            end = start + self.live[start].nbytes
+        for alloc in sorted(self.live.values(), key=lambda a: a.offset):
+            start, end = alloc.offset, alloc.offset + alloc.nbytes
             if end <= cursor:
                 continue
             candidate = self._place(cursor, size, bank)
             if candidate + size <= start:
                 return candidate
-            cursor = max(cursor, end)
+            align = self.config.alignment_bytes  # an explicitly placed tile may end off the granule
+            cursor = max(cursor, -(-end // align) * align)
         candidate = self._place(cursor, size, bank)
         return candidate if candidate + size <= self.config.bytes_per_partition else None
 

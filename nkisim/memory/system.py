@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from nkisim.errors import SourceLoc
+from nkisim.errors import CapacityError, OperandError, SourceLoc
 from nkisim.hw import HwConfig
 from nkisim.memory.space import Buffer, OnChipMemory, Storage
 from nkisim.memory.tensor import Tensor
@@ -34,13 +34,29 @@ class MemorySystem:
         return self.sbuf if buffer is Buffer.sbuf else self.psum
 
     def new_tensor(
-        self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer, name: str = "", loc: SourceLoc | None = None
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        buffer: Buffer,
+        name: str = "",
+        loc: SourceLoc | None = None,
+        address: tuple[int, int] | None = None,
     ) -> Tensor:
-        """Allocate an uninitialised tensor (poisoned, if enabled)."""
+        """Allocate an uninitialised tensor (poisoned, if enabled).
+
+        ``address=(partition_offset, free_offset)`` places an SBUF or PSUM tensor at
+        that partition and byte offset instead of letting the allocator choose.
+
+        Raises:
+            CapacityError: no room, or ``address`` overlaps a live allocation or leaves the memory.
+            OperandError: ``address`` is malformed, given for HBM, or (PSUM) not on a bank boundary.
+        """
         self._counter += 1
         name = name or f"{buffer.kind}{self._counter}"
+        if address is not None and not buffer.is_on_chip:
+            raise OperandError(f"nl.ndarray: address= places SBUF or PSUM tensors, not {buffer.value}", loc=loc)
         if buffer.is_on_chip:
-            tensor = self._on_chip_tensor(shape, dtype, buffer, name, loc)
+            tensor = self._on_chip_tensor(shape, dtype, buffer, name, loc, address)
         else:
             storage = self._hbm_storage(shape, dtype.itemsize)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
@@ -56,24 +72,36 @@ class MemorySystem:
         return tensor
 
     def _on_chip_tensor(
-        self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer, name: str, loc: SourceLoc | None
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        buffer: Buffer,
+        name: str,
+        loc: SourceLoc | None,
+        address: tuple[int, int] | None,
     ) -> Tensor:
         memory = self.on_chip(buffer)
         partitions = shape[0]
         free_bytes = math.prod(shape[1:]) * dtype.itemsize
-        offset = memory.allocate(free_bytes, partitions, (name, shape, dtype), loc)
+        what = (name, shape, dtype)
+        if address is None:
+            alloc = memory.allocate(free_bytes, partitions, what, loc)
+        else:
+            row, col = _check_address(address, partitions, free_bytes, memory, loc)
+            alloc = memory.place(col, row, free_bytes, partitions, what, loc)
+        offset, row = alloc.offset, alloc.partition_offset
         storage = memory.storage
         array = np.ndarray(
             shape=shape,
             dtype=dtype,
             buffer=storage.bytes,
-            offset=offset,
+            offset=row * storage.row_bytes + offset,
             strides=(storage.row_bytes, *_contiguous_strides(shape[1:], dtype.itemsize)),
         )
         tensor = Tensor(array, dtype, buffer, name, storage, None)
-        weakref.finalize(tensor, memory.free, offset)
+        weakref.finalize(tensor, memory.free, alloc.handle)
         if storage.acc_flags is not None:
-            storage.acc_flags[:partitions, offset : offset + free_bytes] = 0
+            storage.acc_flags[row : row + partitions, offset : offset + free_bytes] = 0
         return tensor
 
     def _hbm_storage(self, shape: tuple[int, ...], itemsize: int) -> Storage:
@@ -84,6 +112,40 @@ class MemorySystem:
         self._hbm_next_address += -(-nbytes // 4096) * 4096
         self.hbm_bytes += nbytes
         return storage
+
+
+def _check_address(
+    address: object, partitions: int, free_bytes: int, memory: OnChipMemory, loc: SourceLoc | None
+) -> tuple[int, int]:
+    """The ``(partition_offset, free_offset)`` of ``nl.ndarray(address=...)``, checked against the memory."""
+    if (
+        not isinstance(address, (tuple, list))
+        or len(address) != 2
+        or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in address)
+    ):
+        raise OperandError(f"nl.ndarray: address {address!r} must be (partition_offset, free_offset) integers", loc=loc)
+    row, col = int(address[0]), int(address[1])
+    config = memory.config
+    kind = memory.name.upper()
+    if row < 0 or col < 0:
+        raise OperandError(f"nl.ndarray: address {(row, col)} must not be negative", loc=loc)
+    if row + partitions > config.partitions:
+        raise CapacityError(
+            f"nl.ndarray: {partitions} partitions from partition {row} exceed the {config.partitions} of {kind}",
+            loc=loc,
+        )
+    if col + free_bytes > config.bytes_per_partition:
+        raise CapacityError(
+            f"nl.ndarray: {free_bytes} bytes per partition from byte {col} exceed the "
+            f"{config.bytes_per_partition} bytes of a {kind} partition",
+            loc=loc,
+        )
+    if config.banks > 1 and col % config.bank_bytes:
+        raise OperandError(
+            f"nl.ndarray: {kind} address byte offset {col} must be on a {config.bank_bytes}-byte bank boundary",
+            loc=loc,
+        )
+    return row, col
 
 
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -106,6 +168,6 @@ def _poison(tensor: Tensor) -> None:
     array = tensor.array
     if array.flags.c_contiguous:
         array.view(np.uint8).fill(0xFF)
-    else:  # an on-chip tile: the same byte range in each partition
-        offset = tensor.byte_offset
-        tensor.storage.bytes[: tensor.partitions, offset : offset + tensor.free_size * tensor.itemsize].fill(0xFF)
+    else:  # an on-chip tile: the same byte range in each of its partitions
+        row, col = divmod(tensor.byte_offset, tensor.storage.row_bytes)
+        tensor.storage.bytes[row : row + tensor.partitions, col : col + tensor.free_size * tensor.itemsize].fill(0xFF)

@@ -173,6 +173,46 @@ class Tensor:
         """Offset of element 0 from the start of its storage."""
         return self.array.__array_interface__["data"][0] - self.storage.bytes.__array_interface__["data"][0]
 
+    # -- access patterns (NKI 0.3+) ----------------------------------------------------
+
+    def ap(
+        self,
+        pattern: Any,
+        offset: int | None = 0,
+        scalar_offset: Any = None,
+        vector_offset: Tensor | None = None,
+        indirect_dim: int = 0,
+        dtype: Any = None,
+    ) -> Tensor:
+        """A hardware access pattern over this tensor's allocation (``NkiTensor.ap``).
+
+        ``pattern`` is ``[[step, num], ...]`` outer to inner over the allocation
+        flattened to elements of ``dtype`` (default: this tensor's); the element at
+        ``(i0, i1, ...)`` is ``offset + sum(i_k * step_k)``. On chip the first pair is
+        ``[elements per partition, partitions]``. The view ``.ap()`` is called on is
+        ignored. ``scalar_offset`` (a ``(1, 1)`` SBUF integer tensor or a register)
+        adds ``value * (elements per index of dim indirect_dim)`` at run time;
+        ``vector_offset`` (a ``(P, 1)`` int32/uint32 SBUF tile) picks one row of this
+        HBM tensor per partition (``indirect_dim=0``), for DMA gather and scatter.
+
+        Raises:
+            OperandError, ShapeError, DtypeError, MemoryKindError: a malformed pattern or offset.
+            BoundsError: a static pattern reaching outside the allocation.
+        """
+        from nkisim.memory.access import access_pattern
+
+        return access_pattern(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
+
+    @property
+    def is_dynamic(self) -> bool:
+        """True when the view's addresses depend on run-time values (``.ap`` with an offset tensor or register)."""
+        return False
+
+    @property
+    def offset_regions(self) -> tuple[Region, ...]:
+        """What an instruction also reads to resolve this view's addresses: nothing for a static view."""
+        return ()
+
 
 def _check_slice(item: slice, extent: int, dim: int, tensor: Tensor) -> slice:
     step = 1 if item.step is None else int(item.step)

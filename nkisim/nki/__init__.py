@@ -1,10 +1,13 @@
 """NKI for nkisim: ``import nkisim.nki as nki`` in place of ``import nki``.
 
 ``nki.jit``, ``nki.language`` and ``nki.isa`` have NKI 0.2's names, argument names
-and defaults, so a kernel changes only its imports.
+and defaults, so a kernel changes only its imports. ``nki.simulate`` is NKI 0.3's
+CPU-simulator entry point. To run kernel files that ``import nki`` unchanged, see
+:func:`nkisim.install_nki_alias`.
 """
 
 from nkisim.frontend.jit import Kernel, jit
+from nkisim.frontend.simulate import simulate
 from nkisim.nki import isa, language
 
-__all__ = ["Kernel", "isa", "jit", "language"]
+__all__ = ["Kernel", "isa", "jit", "language", "simulate"]

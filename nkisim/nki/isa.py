@@ -11,6 +11,7 @@ from nkisim.frontend.context import current_context
 from nkisim.frontend.stubs import STUBS
 from nkisim.hw import Engine as engine  # noqa: N813 - NKI's name
 from nkisim.isa.enums import dge_mode, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from nkisim.isa.registers import VirtualRegister, register_alloc
 
 tensor_engine = engine.tensor
 vector_engine = engine.vector
@@ -28,6 +29,7 @@ globals().update(STUBS)
 
 __all__ = [
     "NkiValidationError",
+    "VirtualRegister",
     "dge_mode",
     "engine",
     "get_nc_version",
@@ -35,5 +37,6 @@ __all__ = [
     "nc_version",
     "oob_mode",
     "reduce_cmd",
+    "register_alloc",
     *STUBS,
 ]

@@ -11,9 +11,11 @@ import numpy as np
 
 from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
 from nkisim.frontend.context import current_context, is_running
+from nkisim.frontend.helpers import HELPERS
 from nkisim.hw import load_target
 from nkisim.isa.ops import OPS
-from nkisim.memory import Buffer, DynSlice, Tensor, to_dtype
+from nkisim.isa.registers import VirtualRegister
+from nkisim.memory import Buffer, DynSlice, Tensor, cast, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
 
 # -- data types -----------------------------------------------------------------------
@@ -31,6 +33,9 @@ float32 = NKI_DTYPES["float32"]
 float8_e4m3 = NKI_DTYPES["float8_e4m3"]
 float8_e5m2 = NKI_DTYPES["float8_e5m2"]
 float8_e4m3fn = NKI_DTYPES["float8_e4m3fn"]
+float8_e5m2_x4 = NKI_DTYPES["float8_e5m2_x4"]
+float8_e4m3fn_x4 = NKI_DTYPES["float8_e4m3fn_x4"]
+float4_e2m1fn_x4 = NKI_DTYPES["float4_e2m1fn_x4"]
 
 # -- buffers --------------------------------------------------------------------------
 sbuf = Buffer.sbuf
@@ -70,8 +75,13 @@ def is_on_chip(buffer: Any) -> bool:
 # -- tensor creation ------------------------------------------------------------------
 
 
-def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
-    """A new tensor in ``buffer`` (SBUF by default). Its memory is uninitialised (poisoned with NaN)."""
+def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", address: Any = None) -> Tensor:
+    """A new tensor in ``buffer`` (SBUF by default). Its memory is uninitialised (poisoned with NaN).
+
+    ``address=(partition_offset, free_offset)`` (NKI 0.3+) places an SBUF or PSUM
+    tensor at that partition and byte offset (PSUM: on a 2 KiB bank boundary);
+    overlapping a live tensor raises :class:`~nkisim.errors.CapacityError`.
+    """
     loc = user_location()
     ctx = current_context()
     buf = _buffer(buffer)
@@ -80,7 +90,7 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tenso
         dt = to_dtype(dtype)
     except TypeError as exc:
         raise DtypeError(f"nl.ndarray: {exc}", loc=loc) from None
-    return ctx.memory.new_tensor(dims, dt, buf, name, loc)
+    return ctx.memory.new_tensor(dims, dt, buf, name, loc, address)
 
 
 def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
@@ -91,6 +101,31 @@ def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
     else:
         tensor.array[...] = 0
     return tensor
+
+
+def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
+    """A new tensor filled with ``fill_value`` (on chip, by a ``memset`` instruction)."""
+    tensor = ndarray(shape, dtype, buffer, name)
+    if tensor.buffer.is_on_chip:
+        current_context().emit("memset", {"dst": tensor, "value": fill_value}, user_location())
+    else:
+        tensor.array[...] = cast(np.full(tensor.shape, fill_value, dtype=np.float64), tensor.dtype)
+    return tensor
+
+
+def ones(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
+    """A new tensor filled with ones (on chip, by a ``memset`` instruction)."""
+    return full(shape, 1, dtype, buffer, name)
+
+
+def zeros_like(x: Tensor, dtype: Any = None, buffer: Any = None, name: str = "") -> Tensor:
+    """A new tensor of zeros with ``x``'s shape, and its dtype unless ``dtype`` is given (SBUF by default)."""
+    return zeros(x.shape, x.dtype if dtype is None else dtype, buffer, name)
+
+
+def empty_like(x: Tensor, dtype: Any = None, buffer: Any = None, name: str = "") -> Tensor:
+    """A new uninitialised tensor with ``x``'s shape, dtype and buffer unless others are given."""
+    return ndarray(x.shape, x.dtype if dtype is None else dtype, x.buffer if buffer is None else buffer, name)
 
 
 def shared_constant(constant: Any, dtype: Any = None) -> Tensor:
@@ -193,17 +228,79 @@ tile_size = _TileSize()
 
 
 def program_id(axis: int = 0) -> int:
-    """Index of this program in the launch grid (0 with one program)."""
-    return current_context().program_id
+    """Index of this program along ``axis`` of the launch grid: 0 or 1 with ``kernel[2]``, else 0."""
+    ctx = current_context()
+    _check_axis(axis, ctx.grid, "program_id")
+    return ctx.program_id
 
 
 def num_programs(axes: Any = None) -> int:
-    """Number of programs in the launch grid."""
-    return current_context().num_programs
+    """Number of programs along ``axes`` of the launch grid (all of them when ``axes`` is None)."""
+    ctx = current_context()
+    if axes is not None:
+        for axis in axes if isinstance(axes, (tuple, list)) else (axes,):
+            _check_axis(axis, ctx.grid, "num_programs")
+    return ctx.num_programs
 
 
 def program_ndim() -> int:
-    return 1 if current_context().num_programs > 1 else 0
+    """Number of dimensions of the launch grid: 1 for ``kernel[n]``, 0 for a plain call."""
+    return len(current_context().grid)
+
+
+def _check_axis(axis: Any, grid: tuple[int, ...], what: str) -> None:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not 0 <= axis < (len(grid) or 1):
+        raise OperandError(f"nl.{what}: axis {axis!r} is not an axis of the launch grid {list(grid) or [1]}")
+
+
+# -- dynamic loops (NKI 0.3+; the bounds are registers read when the loop starts) -----
+
+
+def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> range:
+    """A loop that runs on the device with bounds held in registers (``nisa.register_alloc``).
+
+    nkisim reads the registers when the loop starts (values are known then, since
+    instructions execute as they are called) and iterates as Python's ``range``. The
+    sequencer's per-iteration branch is not timed.
+    """
+    loc = user_location()
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
+        raise OperandError(f"nl.dynamic_range: step {step!r} must be a positive compile-time integer", loc=loc)
+    lo, hi = (0, start) if stop is None else (start, stop)
+    return range(_bound(lo, "dynamic_range", loc), _bound(hi, "dynamic_range", loc), int(step))
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Any, step: int = 1) -> None:
+    """``for i in range(lower, upper, step): body_fun(i)``, with ``i`` passed as a register."""
+    for i in dynamic_range(lower, upper, step):
+        body_fun(VirtualRegister.derived(i, (upper, lower)))
+
+
+def while_loop(init: Any, body_fun: Any) -> None:
+    """``r = init; while r != 0: r = body_fun(r)`` on a condition register."""
+    loc = user_location()
+    reg = init
+    while True:
+        if not isinstance(reg, VirtualRegister):
+            raise OperandError(f"nl.while_loop: the condition must be a register, got {type(reg).__name__}", loc=loc)
+        if _bound(reg, "while_loop", loc) == 0:
+            return
+        reg = body_fun(reg)
+
+
+def _bound(value: Any, what: str, loc: Any) -> int:
+    """An integer loop bound, or a register's current value."""
+    if isinstance(value, VirtualRegister):
+        if not current_context().compute:
+            raise OperandError(
+                f"nl.{what}: register {value.name} holds a run-time value, which nkisim.profile does not compute "
+                "from (shape, dtype) inputs; use nkisim.run",
+                loc=loc,
+            )
+        return value.read()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise OperandError(f"nl.{what}: bound {value!r} must be an integer or a register", loc=loc)
+    return int(value)
 
 
 def device_print(print_prefix: str, tensor: Tensor) -> None:
@@ -216,3 +313,7 @@ def device_print(print_prefix: str, tensor: Tensor) -> None:
 
 # -- operator constants (nl.add, nl.exp, ...) -----------------------------------------
 globals().update(OPS)
+
+# -- NKI 0.3+ value-returning helpers (nl.load, nl.sum, nl.matmul, ...) -----------------
+# These shadow the builtins sum, max, min and all in this module, as in NKI's own.
+globals().update(HELPERS)

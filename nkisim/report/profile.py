@@ -95,17 +95,27 @@ class Profile:
         return round(self.total_ns * self.reference_clock_ghz)
 
     @cached_property
+    def cores(self) -> tuple[str, ...]:
+        """Track-name prefixes of the NeuronCores (``("",)``; with ``kernel[2]``, ``("core0 ", "core1 ")``)."""
+        return tuple(sorted({_split_core(track)[0] for track in self._tl.track})) or ("",)
+
+    @cached_property
     def engine_busy_ns(self) -> dict[str, float]:
-        """Time each engine spent executing; ``DMA`` is the time any DMA transfer was under way."""
-        busy: dict[str, float] = dict.fromkeys(ENGINE_ORDER[:-1], 0.0)
-        dma_intervals = []
+        """Time each engine spent executing; ``DMA`` is the time any DMA transfer was under way.
+
+        With several cores, keys are prefixed by the core: ``core0 Vector``, ``core1 DMA``.
+        """
+        busy = {core + name: 0.0 for core in self.cores for name in ENGINE_ORDER}
+        dma_intervals: dict[str, list[tuple[float, float]]] = {core: [] for core in self.cores}
         tl = self._tl
         for track, end, occupied in zip(tl.track, tl.end_ns, tl.busy_ns):
-            if track.startswith("DMA"):
-                dma_intervals.append((end - occupied, end))
+            core, engine = _split_core(track)
+            if engine.startswith("DMA"):
+                dma_intervals[core].append((end - occupied, end))
             else:
                 busy[track] += occupied
-        busy["DMA"] = _union_length(dma_intervals)
+        for core in self.cores:
+            busy[core + "DMA"] = _union_length(dma_intervals[core])
         return busy
 
     @cached_property
@@ -133,14 +143,14 @@ class Profile:
         """Model FLOPs utilisation: Tensor Engine flops over its bf16 peak for the kernel's time."""
         if not self.total_ns:
             return 0.0
-        return sum(self._tl.flops) / (analysis.peak_flops_per_ns(self.hw) * self.total_ns)
+        return sum(self._tl.flops) / (analysis.peak_flops_per_ns(self.hw) * len(self.cores) * self.total_ns)
 
     @cached_property
     def dma_bandwidth_utilisation(self) -> float:
         """Bytes moved by DMA over what the core's DMA bandwidth could move in the kernel's time."""
         if not self.total_ns:
             return 0.0
-        return sum(self._tl.bytes) / (self.hw.dma.bytes_per_ns * self.total_ns)
+        return sum(self._tl.bytes) / (self.hw.dma.bytes_per_ns * len(self.cores) * self.total_ns)
 
     @cached_property
     def critical_path(self) -> list[InstructionRecord]:
@@ -197,16 +207,18 @@ class Profile:
         """A short text report: total time, per-engine busy %, instruction counts."""
         counts: dict[str, int] = defaultdict(int)
         for track in self._tl.track:
-            counts["DMA" if track.startswith("DMA") else track] += 1
+            core, engine = _split_core(track)
+            counts[core + "DMA" if engine.startswith("DMA") else track] += 1
+        width = 8 + len(self.cores[0])
         lines = [
             f"{self.kernel + ' on ' if self.kernel else ''}target {self.target}: {self.total_ns / 1000:.3f} us "
             f"({self.total_cycles} cycles at {self.reference_clock_ghz} GHz), "
             f"{self.instruction_count} instructions",
-            f"  {'engine':<8}{'busy us':>12}{'busy %':>9}{'instrs':>9}",
+            f"  {'engine':<{width}}{'busy us':>12}{'busy %':>9}{'instrs':>9}",
         ]
         for name, frac in self.engine_utilisation().items():
             ns = self.engine_busy_ns[name]
-            lines.append(f"  {name:<8}{ns / 1000:>12.3f}{100 * frac:>8.1f}%{counts.get(name, 0):>9}")
+            lines.append(f"  {name:<{width}}{ns / 1000:>12.3f}{100 * frac:>8.1f}%{counts.get(name, 0):>9}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -223,7 +235,7 @@ class Profile:
 
         Open it at ui.perfetto.dev or chrome://tracing. Times are in microseconds.
         """
-        tracks = sorted(set(self._tl.track), key=_track_order)
+        tracks = sorted(set(self._tl.track), key=lambda t: (_split_core(t)[0], _track_order(_split_core(t)[1])))
         tid = {name: i + 1 for i, name in enumerate(tracks)}
         events: list[dict[str, object]] = [
             {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"NeuronCore ({self.target})"}}
@@ -261,6 +273,14 @@ def _track_order(name: str) -> tuple[int, int]:
     if name.startswith("DMA q"):
         return len(ENGINE_ORDER), int(name[5:])
     return (ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER)), 0
+
+
+def _split_core(track: str) -> tuple[str, str]:
+    """``core1 DMA q3`` -> (``core1 ``, ``DMA q3``); a single core's tracks have no prefix."""
+    if track.startswith("core") and " " in track:
+        core, rest = track.split(" ", 1)
+        return core + " ", rest
+    return "", track
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:

@@ -87,10 +87,30 @@ class Scheduler:
         self._dma_bandwidth = BandwidthCalendar()
         self._last_on_track: dict[str, int] = {}
 
+    def earliest_start(self, engine: Engine, reads: list[Region], writes: list[Region]) -> float:
+        """When an instruction could start now (its data ready, its engine or queue free), without placing it."""
+        if engine is Engine.dma:
+            queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
+            track, free = f"DMA q{queue}", self._queue_free[queue]
+        else:
+            track, free = engine.title, self._engine_free[engine]
+        ready, _ = self.tracker.ready(reads, writes, self._track_ids.get(track, len(self._track_ids)))
+        return max(ready, free)
+
     def schedule(
-        self, opcode: str, engine: Engine, cost: Cost, reads: list[Region], writes: list[Region], source: SourceLoc
+        self,
+        opcode: str,
+        engine: Engine,
+        cost: Cost,
+        reads: list[Region],
+        writes: list[Region],
+        source: SourceLoc,
+        not_before: float = 0.0,
     ) -> tuple[float, float]:
-        """Place one instruction on the timeline; returns its (start, end) in ns."""
+        """Place one instruction on the timeline; returns its (start, end) in ns.
+
+        ``not_before`` holds it back until another core is ready too (``core_barrier``, ``sendrecv``).
+        """
         tl = self.timeline
         if engine is Engine.dma:
             queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
@@ -100,6 +120,8 @@ class Scheduler:
             track = engine.title
         track_id = self._track_ids.setdefault(track, len(self._track_ids))
         ready, producer = self.tracker.ready(reads, writes, track_id)
+        if not_before > ready:
+            ready, producer = not_before, -1
         free = self._queue_free[queue] if queue >= 0 else self._engine_free[engine]
         start = max(ready, free)
         if queue >= 0:

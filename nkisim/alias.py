@@ -1,0 +1,160 @@
+"""Run unmodified kernel files that ``import nki``: an opt-in import alias to nkisim.
+
+::
+
+    import nkisim
+    nkisim.install_nki_alias()
+    import nki.language as nl          # nkisim.nki.language
+    ...
+    nkisim.uninstall_nki_alias()
+
+The alias is a finder at the front of ``sys.meta_path`` that maps ``nki``,
+``nki.language``, ``nki.isa``, ``nki.isa.constants`` (NKI's enums) and
+``nki.typing`` to nkisim's modules. It is never installed implicitly, and it
+refuses to shadow a real NKI installation: if ``import nki`` would find an
+installed package, :func:`install_nki_alias` raises :class:`NkiAliasError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from typing import Any
+
+#: ``nki`` module names and the nkisim modules they stand for.
+ALIASES: dict[str, str] = {
+    "nki": "nkisim.nki",
+    "nki.language": "nkisim.nki.language",
+    "nki.isa": "nkisim.nki.isa",
+}
+#: Aliased modules made here rather than imported: NKI's enum module and type annotations.
+_SYNTHETIC = ("nki.isa.constants", "nki.typing")
+
+
+class NkiAliasError(ImportError):
+    """The ``nki`` alias cannot be installed: a real NKI is importable, or ``nki`` is already imported."""
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Hands the import system an existing module, keeping that module's own ``__spec__``."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self.module = module
+        self.spec = getattr(module, "__spec__", None)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return self.module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        if self.spec is not None:  # the import system set the alias spec on it; nkisim's module keeps its own
+            module.__spec__ = self.spec
+
+
+class _NkiAliasFinder(importlib.abc.MetaPathFinder):
+    """Finds ``nki`` and its submodules as nkisim's modules."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname in ALIASES:
+            module = importlib.import_module(ALIASES[fullname])
+        elif fullname in _SYNTHETIC:
+            module = _synthetic(fullname)
+        else:
+            return None
+        is_package = hasattr(module, "__path__") or fullname in ("nki", "nki.isa")
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(module), is_package=is_package)
+
+
+_FINDER: _NkiAliasFinder | None = None
+
+
+def install_nki_alias() -> None:
+    """Make ``import nki`` (and ``nki.language``, ``nki.isa``) import nkisim's NKI modules.
+
+    Calling it again while installed does nothing.
+
+    Raises:
+        NkiAliasError: if a real ``nki`` package is importable (the alias never shadows
+            one), or a module named ``nki`` that is not nkisim's is already imported.
+    """
+    global _FINDER
+    if _FINDER is not None:
+        return
+    loaded = sys.modules.get("nki")
+    if loaded is not None:
+        raise NkiAliasError(
+            f"cannot alias nki to nkisim: a module named nki is already imported ({_where(loaded)}); "
+            "install the alias before anything imports nki"
+        )
+    spec = importlib.util.find_spec("nki")
+    if spec is not None and spec.origin is not None:  # a namespace directory named nki is no installation
+        raise NkiAliasError(
+            f"refusing to alias nki to nkisim: a real NKI is importable from {spec.origin}. "
+            "Use 'import nkisim.nki as nki' in the kernel, or run where that nki is not on sys.path."
+        )
+    _FINDER = _NkiAliasFinder()
+    sys.meta_path.insert(0, _FINDER)
+
+
+def uninstall_nki_alias() -> None:
+    """Undo :func:`install_nki_alias`: remove the finder and the ``nki`` modules it provided."""
+    global _FINDER
+    if _FINDER is None:
+        return
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+    _FINDER = None
+    for name in (*ALIASES, *_SYNTHETIC):
+        module = sys.modules.get(name)
+        if module is not None and (module.__name__ in ALIASES.values() or name in _SYNTHETIC):
+            del sys.modules[name]
+
+
+def is_installed() -> bool:
+    """True while the alias is installed."""
+    return _FINDER is not None
+
+
+def _where(module: types.ModuleType) -> str:
+    return getattr(module, "__file__", None) or repr(module)
+
+
+# -- modules made here ----------------------------------------------------------------
+
+
+class _TensorAnnotation:
+    """``nki.typing.tensor[128, 512]``: a shape annotation for kernel parameters (not enforced)."""
+
+    def __init__(self, shape: tuple[Any, ...] = ()) -> None:
+        self.shape = shape
+
+    def __getitem__(self, shape: Any) -> _TensorAnnotation:
+        return _TensorAnnotation(shape if isinstance(shape, tuple) else (shape,))
+
+    def __repr__(self) -> str:
+        return f"nki.typing.tensor[{', '.join(map(str, self.shape))}]" if self.shape else "nki.typing.tensor"
+
+
+_MADE: dict[str, types.ModuleType] = {}
+
+
+def _synthetic(name: str) -> types.ModuleType:
+    if name not in _MADE:
+        module = types.ModuleType(name)
+        if name == "nki.typing":
+            module.__doc__ = "Type annotations for NKI kernel parameters (nkisim: accepted, not checked)."
+            module.tensor = _TensorAnnotation()  # type: ignore[attr-defined]
+        else:
+            from nkisim.nki import isa
+
+            module.__doc__ = "NKI's ISA enums (``from nki.isa.constants import dge_mode``)."
+            for enum_name in ("dge_mode", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd"):
+                setattr(module, enum_name, getattr(isa, enum_name))
+        _MADE[name] = module
+    return _MADE[name]
+
+
+__all__ = ["ALIASES", "NkiAliasError", "install_nki_alias", "is_installed", "uninstall_nki_alias"]

@@ -1,0 +1,163 @@
+"""Synchronisation between the two NeuronCores of an LNC=2 launch: ``core_barrier`` and ``sendrecv``.
+
+Both need ``kernel[2]`` on NeuronCore-v3 or newer. The two programs meet at each
+call (the front end pairs them: see ``nkisim/frontend/launch.py``); the instruction
+is held back until the later of the two arrives (``not_before``), so the earlier
+core's engine or DMA queue waits, as a semaphore wait.
+
+* ``core_barrier(data, cores, engine)``: a remote semaphore update to the other
+  core (``hw.sync.remote_semaphore_latency_ns``) after both cores arrive. It reads
+  and writes ``data`` for dependency tracking: it starts after this core's writes
+  to ``data`` and every later access to ``data`` waits for it.
+* ``sendrecv``: a DMA from this core's ``src`` into the other core's ``dst`` (and
+  from the other's ``src`` into this ``dst``), starting when both are ready: the
+  fixed DMA latency, then the bytes at the DMA bandwidth.
+
+The data exchange happens at the meeting, not in the (empty) semantics functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError, SourceLoc, TargetError
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa.common import check_in
+from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, instruction
+from nkisim.memory import Buffer, Region, Tensor, dtype_name
+
+#: The cores an LNC=2 barrier synchronises [nki.isa.core_barrier].
+LNC2_CORES = (0, 1)
+BARRIER_ENGINES = (Engine.gpsimd, Engine.sync, Engine.vector, Engine.scalar, Engine.tensor)
+
+
+class Peer(Protocol):
+    """The other program of the launch, as the front end provides it."""
+
+    program_id: int
+    num_programs: int
+
+    def exchange(self, key: tuple[Any, ...], payload: Any, loc: SourceLoc | None) -> list[Any]: ...
+
+
+def _meet(peer: Peer | None, chk: Check, key: tuple[Any, ...], payload: Any) -> list[Any]:
+    if peer is None:
+        chk.fail(
+            TargetError,
+            "",
+            "needs a kernel launched on two NeuronCores (kernel[2], LNC=2); this kernel runs on one",
+        )
+    return peer.exchange(key, payload, chk.loc)
+
+
+# -- core_barrier ---------------------------------------------------------------------
+
+
+class CoreBarrierOps(Operands):
+    data: Tensor
+    cores: tuple[int, ...]
+    engine: Engine = Engine.unknown
+
+    def extra_accesses(self) -> tuple[list[Region], list[Region]]:
+        """``data`` lives in HBM, which the barrier's engine does not read: track it here, not as an operand."""
+        return [self.data.region], [self.data.region]
+
+    def synchronise(
+        self, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check
+    ) -> tuple[float, Cost]:
+        arrivals = _meet(peer, chk, ("core_barrier",), (arrival_ns, self.data.storage.uid))
+        if len({uid for _, uid in arrivals}) != 1:
+            chk.fail(OperandError, "data", "must be the same shared HBM tensor in both programs")
+        return max(t for t, _ in arrivals), cost
+
+
+def _core_barrier_validate(ops: CoreBarrierOps, chk: Check) -> None:
+    if ops.data.buffer is not Buffer.shared_hbm:
+        chk.fail(MemoryKindError, "data", f"must be in shared HBM, not {ops.data.buffer.value} ({ops.data.name})")
+    if tuple(ops.cores) != LNC2_CORES:
+        chk.fail(OperandError, "cores", f"{tuple(ops.cores)} is not supported; only {LNC2_CORES} (LNC=2)")
+
+
+def _core_barrier_cost(ops: CoreBarrierOps, hw: HwConfig, engine: Engine) -> Cost:
+    """A remote semaphore update once both cores have arrived."""
+    return Cost(busy_ns=hw.sync.remote_semaphore_latency_ns)
+
+
+@instruction(
+    "core_barrier",
+    CoreBarrierOps,
+    engines=BARRIER_ENGINES,
+    cost=_core_barrier_cost,
+    validate=_core_barrier_validate,
+    min_nc_version=3,
+)
+def core_barrier(ops: CoreBarrierOps, state: EngineState) -> None:
+    """Both cores wait here until both have arrived; nothing is computed."""
+
+
+# -- sendrecv -------------------------------------------------------------------------
+
+
+class SendRecvOps(Operands):
+    src: In
+    dst: Out
+    send_to_rank: int
+    recv_from_rank: int
+    pipe_id: int
+
+    def synchronise(
+        self, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check
+    ) -> tuple[float, Cost]:
+        if peer is not None:
+            other = 1 - peer.program_id
+            for name in ("send_to_rank", "recv_from_rank"):
+                if getattr(self, name) != other:
+                    chk.fail(
+                        OperandError,
+                        name,
+                        f"is {getattr(self, name)}; program {peer.program_id} exchanges with the other core, {other}",
+                    )
+        values = self.src.array.copy() if compute else None
+        sent = (arrival_ns, self.src.shape, self.src.dtype, values)
+        arrivals = _meet(peer, chk, ("sendrecv", self.pipe_id), sent)
+        _, shape, dtype, received = arrivals[1 - peer.program_id]  # type: ignore[union-attr]
+        if shape != self.dst.shape or dtype != self.dst.dtype:
+            chk.fail(
+                ShapeError,
+                "dst",
+                f"is {dtype_name(self.dst.dtype)}{list(self.dst.shape)} but the other core sends "
+                f"{dtype_name(dtype)}{list(shape)}",
+            )
+        if compute:
+            self.dst.array[...] = received
+        return max(a[0] for a in arrivals), cost
+
+
+def _sendrecv_validate(ops: SendRecvOps, chk: Check) -> None:
+    check_in(chk, "src", ops.src, Buffer.sbuf)
+    check_in(chk, "dst", ops.dst, Buffer.sbuf)
+    if ops.src.dtype != ops.dst.dtype:
+        chk.fail(DtypeError, "dst", f"dtype {dtype_name(ops.dst.dtype)} differs from src {dtype_name(ops.src.dtype)}")
+    if ops.src.shape != ops.dst.shape:
+        chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} differs from src {list(ops.src.shape)}")
+    for name in ("send_to_rank", "recv_from_rank"):
+        if getattr(ops, name) not in LNC2_CORES:
+            chk.fail(OperandError, name, f"{getattr(ops, name)} must be 0 or 1 (the cores of an LNC=2 pair)")
+
+
+def _sendrecv_cost(ops: SendRecvOps, hw: HwConfig, engine: Engine) -> Cost:
+    """The fixed DMA latency, then ``src`` bytes at the core's DMA bandwidth."""
+    nbytes = ops.src.size * ops.src.itemsize
+    return Cost(busy_ns=nbytes / hw.dma.bytes_per_ns, latency_ns=hw.dma.fixed_latency_ns, bytes=nbytes)
+
+
+@instruction(
+    "sendrecv",
+    SendRecvOps,
+    engines=(Engine.dma,),
+    cost=_sendrecv_cost,
+    validate=_sendrecv_validate,
+    min_nc_version=3,
+)
+def sendrecv(ops: SendRecvOps, state: EngineState) -> None:
+    """``dst`` (this core) receives the other core's ``src``; it sends its own ``src`` to the other's ``dst``."""

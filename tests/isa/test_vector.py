@@ -1,0 +1,809 @@
+"""Vector Engine instructions: tensor_copy, tensor_tensor, tensor_scalar, tensor_reduce, memset.
+
+Where an instruction also runs on the Scalar or GpSimd Engine, the engine is a parameter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+
+from .conftest import (
+    BF16,
+    BITVEC_INTS,
+    FAST,
+    FLOATS,
+    FP8S,
+    FP16,
+    FP32,
+    INT8,
+    INT16,
+    INT32,
+    INTS,
+    PER_OP,
+    UINT8,
+    assert_bits_equal,
+    assert_values_equal,
+    f32,
+    free_shapes,
+    load,
+    partitions,
+    random_bits,
+    random_values,
+    ref_cast,
+    run_kernel,
+    run_tile,
+    seeds,
+    small_values,
+    store,
+    targets,
+    tile_shapes,
+)
+
+NUMERIC = (*FLOATS, *FP8S, INT32, INT8)
+
+
+def bools(x):
+    return (x != 0).astype(np.float32)
+
+
+# Reference float32 semantics of the arithmetic ALU operators (NKI shared.rst operator table).
+ARITH = {
+    "add": lambda x, y: x + y,
+    "subtract": lambda x, y: x - y,
+    "multiply": lambda x, y: x * y,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": lambda x, y: (x == y).astype(np.float32),
+    "not_equal": lambda x, y: (x != y).astype(np.float32),
+    "greater": lambda x, y: (x > y).astype(np.float32),
+    "greater_equal": lambda x, y: (x >= y).astype(np.float32),
+    "less": lambda x, y: (x < y).astype(np.float32),
+    "less_equal": lambda x, y: (x <= y).astype(np.float32),
+    "logical_and": lambda x, y: bools(x) * bools(y),
+    "logical_or": lambda x, y: np.maximum(bools(x), bools(y)),
+    "logical_xor": lambda x, y: (bools(x) != bools(y)).astype(np.float32),
+}
+
+
+def shift_left(x, y):
+    u = np.dtype(f"u{x.dtype.itemsize}")
+    return (x.view(u) << np.asarray(y).astype(u)).view(x.dtype)
+
+
+def shift_right_logical(x, y):
+    u = np.dtype(f"u{x.dtype.itemsize}")
+    return (x.view(u) >> np.asarray(y).astype(u)).view(x.dtype)
+
+
+# Reference semantics of bitvec operators: on the integer bits, no cast.
+BITVEC = {
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "left_shift": shift_left,
+    "right_shift": shift_right_logical,
+}
+SHIFTS = ("left_shift", "right_shift")
+
+
+def arith_data(rng, shape, dtype, mode):
+    """Small exact values (so comparisons and ties happen) or ordinary random values."""
+    if mode == "small":
+        return small_values(rng, shape, dtype, -6, 6)
+    return random_values(rng, shape, dtype)
+
+
+# -- tensor_copy ----------------------------------------------------------------------
+
+
+@FAST
+@given(
+    shape=tile_shapes(),
+    dtype=st.sampled_from((*FLOATS, *FP8S, *BITVEC_INTS)),
+    engine=st.sampled_from(["unknown", "vector", "gpsimd"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_copy_same_dtype_is_bit_exact(shape, dtype, engine, target, seed):
+    """Equal dtypes: a bit-accurate copy (NaN payloads, -0.0 and large int32 survive)."""
+    a = random_bits(np.random.default_rng(seed), shape, dtype)
+    got = run_tile(
+        lambda dst, src: nisa.tensor_copy(dst=dst, src=src, engine=getattr(nisa, f"{engine}_engine")),
+        [a],
+        shape,
+        dtype,
+        target=target,
+    )
+    assert_bits_equal(got, a)
+
+
+@FAST
+@given(
+    shape=tile_shapes(), dtype=st.sampled_from((*FLOATS, *FP8S)), target=st.sampled_from(["trn2", "trn3"]), seed=seeds
+)
+def test_tensor_copy_scalar_engine_same_dtype(shape, dtype, target, seed):
+    """NeuronCore-v3+ Scalar Engine tensor_copy of finite floats with one dtype keeps every value."""
+    a = random_values(np.random.default_rng(seed), shape, dtype)
+    got = run_tile(
+        lambda dst, src: nisa.tensor_copy(dst=dst, src=src, engine=nisa.scalar_engine), [a], shape, dtype, target=target
+    )
+    assert_bits_equal(got, a)
+
+
+@FAST
+@given(
+    shape=tile_shapes(),
+    src=st.sampled_from(NUMERIC),
+    dst=st.sampled_from((*NUMERIC, INT16, UINT8)),
+    engine=st.sampled_from(["vector", "gpsimd", "scalar"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_copy_cast_goes_through_float32(shape, src, dst, engine, target, seed):
+    """Different dtypes: src -> float32 -> dst with RNE, saturation and NaN -> 0."""
+    assume(src != dst)
+    assume(not (engine == "scalar" and target == "trn1"))
+    rng = np.random.default_rng(seed)
+    a = random_values(rng, shape, src, scale=300.0)
+    if dst in FP8S:
+        a = np.clip(f32(a), -200, 200).astype(src)
+    if src in (FP32, BF16, FP16) and dst not in FP8S:
+        flat = a.reshape(-1)
+        flat[rng.integers(0, flat.size, size=3)] = np.array([np.nan, np.inf, 2.5], np.float32).astype(src)
+    got = run_tile(
+        lambda d, s: nisa.tensor_copy(dst=d, src=s, engine=getattr(nisa, f"{engine}_engine")),
+        [a],
+        shape,
+        dst,
+        target=target,
+    )
+    assert_values_equal(got, ref_cast(f32(a), dst))
+
+
+@FAST
+@given(
+    p=partitions,
+    free=free_shapes(max_dims=3, max_size=256),
+    dtype=st.sampled_from((FP32, BF16, INT32)),
+    where=st.sampled_from(["src", "dst", "both"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_copy_psum_and_reshaped_free_dims(p, free, dtype, where, target, seed):
+    """PSUM tiles work on the Vector Engine; only elements per partition must match, in row-major order."""
+    a = random_values(np.random.default_rng(seed), (p, *free), dtype)
+    flat = (p, int(np.prod(free)))
+    got = run_tile(
+        lambda dst, src: nisa.tensor_copy(dst=dst, src=src),
+        [a],
+        flat,
+        dtype,
+        target=target,
+        in_buffers=["psum" if where in ("src", "both") else "sbuf"],
+        out_buffer="psum" if where in ("dst", "both") else "sbuf",
+    )
+    assert_bits_equal(got, a.reshape(flat))
+
+
+# -- tensor_tensor --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", sorted(ARITH))
+@PER_OP
+@given(
+    shape=tile_shapes(),
+    d1=st.sampled_from(NUMERIC),
+    d2=st.sampled_from(NUMERIC),
+    out=st.sampled_from((*FLOATS, INT32, INT8)),
+    psum_input=st.sampled_from([None, 0, 1]),
+    dst_psum=st.booleans(),
+    mode=st.sampled_from(["small", "random"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_tensor_arithmetic(op, shape, d1, d2, out, psum_input, dst_psum, mode, target, seed):
+    """dst = op(data1, data2) in float32, cast to dst's dtype; one input and dst may be in PSUM."""
+    rng = np.random.default_rng(seed)
+    a = arith_data(rng, shape, d1, mode)
+    b = arith_data(rng, shape, d2, mode)
+    buffers = ["sbuf", "sbuf"]
+    if psum_input is not None:
+        buffers[psum_input] = "psum"
+    got = run_tile(
+        lambda dst, x, y: nisa.tensor_tensor(dst=dst, data1=x, data2=y, op=getattr(nl, op)),
+        [a, b],
+        shape,
+        out,
+        target=target,
+        in_buffers=buffers,
+        out_buffer="psum" if dst_psum else "sbuf",
+    )
+    with np.errstate(all="ignore"):
+        expected = ref_cast(ARITH[op](f32(a), f32(b)), out)
+    assert_values_equal(got, expected)
+
+
+@FAST
+@given(
+    p=partitions,
+    free=free_shapes(max_dims=2, max_size=128),
+    free2=st.booleans(),
+    op=st.sampled_from(["add", "multiply", "subtract"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_tensor_inputs_need_only_equal_elements_per_partition(p, free, free2, op, target, seed):
+    """data1 [P, a, b] with data2 [P, a*b]: element-wise in row-major order within each partition."""
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(free))
+    a = random_values(rng, (p, *free), FP32)
+    b = random_values(rng, (p, n), BF16)
+    out_shape = (p, n) if free2 else (p, *free)
+    got = run_tile(
+        lambda dst, x, y: nisa.tensor_tensor(dst=dst, data1=x, data2=y, op=getattr(nl, op)),
+        [a, b],
+        out_shape,
+        FP32,
+        target=target,
+    )
+    expected = ARITH[op](f32(a).reshape(p, n), f32(b)).reshape(out_shape)
+    assert_values_equal(got, expected)
+
+
+@pytest.mark.parametrize("op", sorted(BITVEC))
+@PER_OP
+@given(
+    shape=tile_shapes(),
+    dtype=st.sampled_from(BITVEC_INTS),
+    engine=st.sampled_from(["unknown", "vector"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_tensor_bitvec(op, shape, dtype, engine, target, seed):
+    """Bitvec operators act on the integer bits with no cast; right_shift is logical."""
+    rng = np.random.default_rng(seed)
+    a = random_bits(rng, shape, dtype)
+    if op in SHIFTS:
+        b = rng.integers(0, 8 * dtype.itemsize, size=shape).astype(dtype)
+    else:
+        b = random_bits(rng, shape, dtype)
+    got = run_tile(
+        lambda dst, x, y: nisa.tensor_tensor(
+            dst=dst, data1=x, data2=y, op=getattr(nl, op), engine=getattr(nisa, f"{engine}_engine")
+        ),
+        [a, b],
+        shape,
+        dtype,
+        target=target,
+    )
+    assert_bits_equal(got, BITVEC[op](a, b))
+
+
+def test_tensor_tensor_bitvec_hand_cases():
+    """int32 -8 >> 1 is logical (0x7FFFFFFC); int8 1 << 7 wraps to -128; & | ^ on bits."""
+    a = np.array([[-8, 1, 0x0F0F0F0F, -1]], np.int32)
+    b = np.array([[1, 31, 4, 28]], np.int32)
+    for op, expected in {
+        "right_shift": [0x7FFFFFFC, 0, 0x00F0F0F0, 0xF],
+        "left_shift": [-16, -(2**31), -252645136, -(2**28)],
+        "bitwise_and": [0, 1, 4, 28],
+        "bitwise_xor": [-7, 30, 0x0F0F0F0B, -29],
+    }.items():
+        got = run_tile(lambda dst, x, y, op=op: nisa.tensor_tensor(dst, x, y, getattr(nl, op)), [a, b], a.shape, INT32)
+        np.testing.assert_array_equal(got, np.array([expected], np.int64).astype(np.int32), err_msg=op)
+
+    c = np.array([[1, 3, -1]], np.int8)
+    d = np.array([[7, 6, 4]], np.int8)
+    got = run_tile(lambda dst, x, y: nisa.tensor_tensor(dst, x, y, nl.left_shift), [c, d], c.shape, INT8)
+    np.testing.assert_array_equal(got, np.array([[-128, -64, -16]], np.int8))
+
+
+def test_tensor_tensor_arithmetic_hand_cases():
+    """int32 inputs are cast to float32 (2^24 + 1 -> 2^24); results round to even when cast back."""
+    a = np.array([[2**24 + 1, 3, 5, -3, 7]], np.int32)
+    b = np.array([[0, 2, 2, 2, -7]], np.int32)
+    got = run_tile(lambda dst, x, y: nisa.tensor_tensor(dst, x, y, nl.add), [a, b], a.shape, INT32)
+    np.testing.assert_array_equal(got, [[2**24, 5, 7, -1, 0]])
+    half = np.array([[0.5, 0.5, 0.5, 0.5, 0.5]], np.float32)
+    got = run_tile(lambda dst, x, y: nisa.tensor_tensor(dst, x, y, nl.multiply), [a, half], a.shape, INT32)
+    # 2^24 * 0.5 = 2^23; 1.5 -> 2; 2.5 -> 2; -1.5 -> -2; 3.5 -> 4
+    np.testing.assert_array_equal(got, [[2**23, 2, 2, -2, 4]])
+    got = run_tile(lambda dst, x, y: nisa.tensor_tensor(dst, x, y, nl.multiply), [a, a], a.shape, INT8)
+    np.testing.assert_array_equal(got, [[127, 9, 25, 9, 49]])
+
+
+@FAST
+@given(
+    shape=tile_shapes(max_dims=2, max_size=128),
+    op=st.sampled_from(["add", "multiply", "maximum", "subtract"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_tensor_int32_on_gpsimd(shape, op, target, seed):
+    """The GpSimd Engine gives the same float32 arithmetic for int32 tiles in SBUF."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-(2**20), 2**20, size=shape).astype(INT32)
+    b = rng.integers(-(2**20), 2**20, size=shape).astype(INT32)
+    got = run_tile(
+        lambda dst, x, y: nisa.tensor_tensor(dst=dst, data1=x, data2=y, op=getattr(nl, op), engine=nisa.gpsimd_engine),
+        [a, b],
+        shape,
+        INT32,
+        target=target,
+    )
+    assert_values_equal(got, ref_cast(ARITH[op](f32(a), f32(b)), INT32))
+
+
+# -- tensor_scalar --------------------------------------------------------------------
+
+SCALAR_OK_PAIRS = [("multiply", "add"), ("multiply", None), ("add", None)]
+
+
+def apply(op, x, operand, reverse):
+    return op(operand, x) if reverse else op(x, operand)
+
+
+@st.composite
+def tensor_scalar_cases(draw):
+    target = draw(targets)
+    engine = draw(st.sampled_from(["vector", "scalar", "unknown"]))
+    if engine == "scalar":
+        op0, op1 = draw(st.sampled_from(SCALAR_OK_PAIRS))
+    else:
+        op0 = draw(st.sampled_from(sorted(ARITH)))
+        op1 = draw(st.sampled_from([None, *sorted(ARITH)]))
+    return {
+        "target": target,
+        "engine": engine,
+        "op0": op0,
+        "op1": op1,
+        "reverse0": draw(st.booleans()),
+        "reverse1": draw(st.booleans()),
+        "vec0": draw(st.booleans()),
+        "vec1": draw(st.booleans()),
+        "imm0": draw(st.sampled_from([0.0, 1.0, -2.5, 0.1, 3.0, 1e-3])),
+        "imm1": draw(st.sampled_from([0.0, 0.5, -1.0, 7.25, 0.3])),
+        "psum_operands": draw(st.booleans()),
+        "psum_dst": draw(st.booleans()),
+    }
+
+
+@FAST
+@given(
+    shape=tile_shapes(),
+    case=tensor_scalar_cases(),
+    dtype=st.sampled_from(NUMERIC),
+    out=st.sampled_from((*FLOATS, INT32, INT8)),
+    mode=st.sampled_from(["small", "random"]),
+    seed=seeds,
+)
+def test_tensor_scalar_arithmetic(shape, case, dtype, out, mode, seed):
+    """dst = (data op0 operand0) op1 operand1 in float32; reverse swaps an operator's inputs.
+
+    Operands are float32 scalars or (P, 1) float32 tiles broadcast along the free dims.
+    """
+    rng = np.random.default_rng(seed)
+    p = shape[0]
+    data = arith_data(rng, shape, dtype, mode)
+    col0 = small_values(rng, (p, 1), FP32, -6, 6)
+    col1 = random_values(rng, (p, 1), FP32)
+    op0, op1 = case["op0"], case["op1"]
+    inputs = [data, col0, col1]
+
+    def body(dst, x, c0, c1):
+        nisa.tensor_scalar(
+            dst=dst,
+            data=x,
+            op0=getattr(nl, op0),
+            operand0=c0 if case["vec0"] else case["imm0"],
+            reverse0=case["reverse0"],
+            op1=getattr(nl, op1) if op1 else None,
+            operand1=(c1 if case["vec1"] else case["imm1"]) if op1 else None,
+            reverse1=case["reverse1"],
+            engine=getattr(nisa, f"{case['engine']}_engine"),
+        )
+
+    got = run_tile(
+        body,
+        inputs,
+        shape,
+        out,
+        target=case["target"],
+        in_buffers=["sbuf", "psum" if case["psum_operands"] else "sbuf", "sbuf"],
+        out_buffer="psum" if case["psum_dst"] else "sbuf",
+    )
+
+    rows = f32(data).reshape(p, -1)
+    s0 = col0 if case["vec0"] else np.float32(case["imm0"])
+    s1 = col1 if case["vec1"] else np.float32(case["imm1"])
+    with np.errstate(all="ignore"):
+        result = apply(ARITH[op0], rows, s0, case["reverse0"])
+        if op1:
+            result = apply(ARITH[op1], result, s1, case["reverse1"])
+    assert_values_equal(got, ref_cast(result, out).reshape(shape))
+
+
+def test_tensor_scalar_hand_cases():
+    """(x * 0.5) rounds half to even into int32; reverse subtract computes operand - data."""
+    x = np.array([[1, 3, 5, -3, -5, 7]], np.int32)
+    got = run_tile(lambda d, s: nisa.tensor_scalar(d, s, nl.multiply, 0.5), [x], x.shape, INT32)
+    np.testing.assert_array_equal(got, [[0, 2, 2, -2, -2, 4]])
+    got = run_tile(
+        lambda d, s: nisa.tensor_scalar(d, s, nl.subtract, 10.0, reverse0=True, op1=nl.multiply, operand1=2.0),
+        [x],
+        x.shape,
+        FP32,
+    )
+    np.testing.assert_array_equal(got, [[18, 14, 10, 26, 30, 6]])
+    got = run_tile(
+        lambda d, s: nisa.tensor_scalar(d, s, nl.add, 1.0, op1=nl.subtract, operand1=100.0, reverse1=True),
+        [x],
+        x.shape,
+        FP32,
+    )
+    np.testing.assert_array_equal(got, [[98, 96, 94, 102, 104, 92]])
+    # (P, 1) operands: one value per partition.
+    y = np.arange(6, dtype=np.float32).reshape(3, 2)
+    col = np.array([[1.0], [10.0], [100.0]], np.float32)
+    got = run_tile(
+        lambda d, s, c: nisa.tensor_scalar(d, s, nl.multiply, c, op1=nl.maximum, operand1=15.0), [y, col], y.shape, FP32
+    )
+    np.testing.assert_array_equal(got, [[15, 15], [20, 30], [400, 500]])
+
+
+@st.composite
+def bitvec_scalar_cases(draw):
+    dtype = draw(st.sampled_from(BITVEC_INTS))
+    op0 = draw(st.sampled_from(sorted(BITVEC)))
+    op1 = draw(st.sampled_from([None, *sorted(BITVEC)]))
+    bits = 8 * dtype.itemsize
+    info = np.iinfo(dtype)
+
+    def operand(op):
+        if op in SHIFTS:
+            return draw(st.integers(0, bits - 1))
+        return draw(st.integers(int(info.min), int(info.max)))
+
+    return {
+        "dtype": dtype,
+        "op0": op0,
+        "op1": op1,
+        "imm0": operand(op0),
+        "imm1": operand(op1) if op1 else None,
+        "vec0": draw(st.booleans()),
+        "vec1": draw(st.booleans()),
+        # reversing a shift would shift the operand by the data; only commutative ops are reversed
+        "reverse0": op0 not in SHIFTS and draw(st.booleans()),
+        "reverse1": op1 is not None and op1 not in SHIFTS and draw(st.booleans()),
+    }
+
+
+@FAST
+@given(shape=tile_shapes(), case=bitvec_scalar_cases(), target=targets, seed=seeds)
+def test_tensor_scalar_bitvec(shape, case, target, seed):
+    """Bitvec tensor_scalar on integer tiles: bit operations with integer scalars or (P, 1) tiles, no cast."""
+    rng = np.random.default_rng(seed)
+    dtype, p = case["dtype"], shape[0]
+    data = random_bits(rng, shape, dtype)
+    bits = 8 * dtype.itemsize
+
+    def column(op):
+        if op in SHIFTS:
+            return rng.integers(0, bits, size=(p, 1)).astype(dtype)
+        return random_bits(rng, (p, 1), dtype)
+
+    col0 = column(case["op0"])
+    col1 = column(case["op1"]) if case["op1"] else col0
+
+    def body(dst, x, c0, c1):
+        nisa.tensor_scalar(
+            dst=dst,
+            data=x,
+            op0=getattr(nl, case["op0"]),
+            operand0=c0 if case["vec0"] else case["imm0"],
+            reverse0=case["reverse0"],
+            op1=getattr(nl, case["op1"]) if case["op1"] else None,
+            operand1=(c1 if case["vec1"] else case["imm1"]) if case["op1"] else None,
+            reverse1=case["reverse1"],
+            engine=nisa.vector_engine,
+        )
+
+    got = run_tile(body, [data, col0, col1], shape, dtype, target=target)
+
+    def operand(vec, col, imm):
+        return col if vec else np.array(imm).astype(dtype)
+
+    rows = data.reshape(p, -1)
+    result = apply(BITVEC[case["op0"]], rows, operand(case["vec0"], col0, case["imm0"]), case["reverse0"])
+    if case["op1"]:
+        result = apply(BITVEC[case["op1"]], result, operand(case["vec1"], col1, case["imm1"]), case["reverse1"])
+    assert_bits_equal(got, result.astype(dtype).reshape(shape))
+
+
+@FAST
+@given(
+    shape=tile_shapes(max_dims=2),
+    op=st.sampled_from(["abs", "reciprocal"]),
+    imm=st.sampled_from([0.0, 1.0, -3.0]),
+    dtype=st.sampled_from(FLOATS),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_scalar_unary_operators_ignore_operand(shape, op, imm, dtype, target, seed):
+    """Unary ALU operators (abs, reciprocal) apply to data; their operand is ignored."""
+    rng = np.random.default_rng(seed)
+    data = random_values(rng, shape, dtype)
+    data = np.where(np.abs(f32(data)) < 1e-3, np.float32(1.0), f32(data)).astype(dtype)
+    got = run_tile(
+        lambda d, s: nisa.tensor_scalar(dst=d, data=s, op0=getattr(nl, op), operand0=imm),
+        [data],
+        shape,
+        FP32,
+        target=target,
+    )
+    x = f32(data).astype(np.float64)
+    expected = np.abs(x) if op == "abs" else 1.0 / x
+    np.testing.assert_allclose(got, expected.astype(np.float32), rtol=1e-6, atol=0)
+
+
+# -- tensor_reduce --------------------------------------------------------------------
+
+REDUCE_EXACT = {
+    "maximum": lambda x, axes: np.max(x, axis=axes),
+    "minimum": lambda x, axes: np.min(x, axis=axes),
+    "logical_and": lambda x, axes: np.all(x != 0, axis=axes).astype(np.float32),
+    "logical_or": lambda x, axes: np.any(x != 0, axis=axes).astype(np.float32),
+    "logical_xor": lambda x, axes: (np.sum(x != 0, axis=axes) % 2).astype(np.float32),
+}
+REDUCE_BITVEC = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
+
+
+@st.composite
+def reduce_layouts(draw, max_size=256):
+    """A data shape (P, *free), the reduced (trailing) axes, and keepdims."""
+    p = draw(partitions)
+    free = draw(free_shapes(max_dims=3, max_size=max_size))
+    nfree = len(free)
+    first = draw(st.integers(1, nfree))  # reduce axes first..nfree: always the trailing free axes
+    axes = tuple(range(first, nfree + 1))
+    as_int = len(axes) == 1 and draw(st.booleans())
+    return (p, *free), (axes[0] if as_int else list(axes)), axes, draw(st.booleans())
+
+
+def reduced_shape(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+@pytest.mark.parametrize("op", ["add", "multiply", *sorted(REDUCE_EXACT)])
+@PER_OP
+@given(
+    layout=reduce_layouts(),
+    dtype=st.sampled_from(NUMERIC),
+    out=st.sampled_from((*FLOATS, INT32)),
+    negate=st.booleans(),
+    in_psum=st.booleans(),
+    dst_psum=st.booleans(),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_reduce_arithmetic_exact(op, layout, dtype, out, negate, in_psum, dst_psum, target, seed):
+    """Arithmetic reduction over trailing free axes in float32, optional negate, cast to dst.
+
+    Data are small integers or halves (and +-1/2 powers for multiply) so that float32
+    results are exact in any order of summation.
+    """
+    shape, axis, axes, keepdims = layout
+    rng = np.random.default_rng(seed)
+    if op == "multiply":
+        # few enough factors of 2 (or 1/2) that no partial product leaves the float32 range
+        n_reduced = int(np.prod([shape[a] for a in axes]))
+        pool = [1.0, -1.0] if n_reduced > 100 else [1.0, -1.0, 2.0, -2.0] + ([] if dtype.kind in "iu" else [0.5])
+        data = rng.choice(np.array(pool), size=shape).astype(dtype)
+    else:
+        data = small_values(rng, shape, dtype, -8, 8)
+    if len(reduced_shape(shape, axes, keepdims)) < 2:
+        keepdims = True
+    dst_shape = reduced_shape(shape, axes, keepdims)
+    got = run_tile(
+        lambda dst, x: nisa.tensor_reduce(
+            dst=dst, op=getattr(nl, op), data=x, axis=axis, negate=negate, keepdims=keepdims
+        ),
+        [data],
+        dst_shape,
+        out,
+        target=target,
+        in_buffers=["psum" if in_psum else "sbuf"],
+        out_buffer="psum" if dst_psum else "sbuf",
+    )
+    x64 = f32(data).astype(np.float64)
+    if op == "add":
+        result = np.sum(x64, axis=axes)
+    elif op == "multiply":
+        result = np.prod(x64, axis=axes)
+    else:
+        result = REDUCE_EXACT[op](x64, axes)
+    result = result.astype(np.float32)
+    if negate:
+        result = -result
+    assert_values_equal(got, ref_cast(result, out).reshape(dst_shape))
+
+
+@FAST
+@given(layout=reduce_layouts(max_size=512), dtype=st.sampled_from((FP32, BF16, FP16)), target=targets, seed=seeds)
+def test_tensor_reduce_add_random_floats(layout, dtype, target, seed):
+    """add-reduction of arbitrary floats matches a float64 sum within float32 accumulation error."""
+    shape, axis, axes, _ = layout
+    rng = np.random.default_rng(seed)
+    data = random_values(rng, shape, dtype)
+    dst_shape = reduced_shape(shape, axes, True)
+    got = run_tile(
+        lambda dst, x: nisa.tensor_reduce(dst=dst, op=nl.add, data=x, axis=axis, keepdims=True),
+        [data],
+        dst_shape,
+        FP32,
+        target=target,
+    )
+    x64 = f32(data).astype(np.float64)
+    ref = np.sum(x64, axis=axes, keepdims=True)
+    n = int(np.prod([shape[a] for a in axes]))
+    bound = np.sum(np.abs(x64), axis=axes, keepdims=True) * n * 2.0**-24 + 1e-30
+    assert np.all(np.abs(got.astype(np.float64) - ref) <= bound)
+
+
+@FAST
+@given(
+    layout=reduce_layouts(),
+    op=st.sampled_from(sorted(REDUCE_BITVEC)),
+    dtype=st.sampled_from(BITVEC_INTS),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_reduce_bitvec(layout, op, dtype, target, seed):
+    """bitwise_and/or/xor reductions act on integer bits without casting."""
+    shape, axis, axes, keepdims = layout
+    if len(reduced_shape(shape, axes, keepdims)) < 2:
+        keepdims = True
+    dst_shape = reduced_shape(shape, axes, keepdims)
+    data = random_bits(np.random.default_rng(seed), shape, dtype)
+    got = run_tile(
+        lambda dst, x: nisa.tensor_reduce(dst=dst, op=getattr(nl, op), data=x, axis=axis, keepdims=keepdims),
+        [data],
+        dst_shape,
+        dtype,
+        target=target,
+    )
+    assert_bits_equal(got, REDUCE_BITVEC[op].reduce(data, axis=axes).reshape(dst_shape))
+
+
+def test_tensor_reduce_hand_cases():
+    x = np.array([[[1, 2, 3], [4, 5, 6]], [[-1, 0, 7], [2, 2, 2]]], np.float32)  # (2, 2, 3)
+    got = run_tile(lambda d, s: nisa.tensor_reduce(d, nl.add, s, axis=[1, 2]), [x], (2, 1), FP32)
+    np.testing.assert_array_equal(got, [[21], [12]])
+    got = run_tile(lambda d, s: nisa.tensor_reduce(d, nl.maximum, s, axis=2, negate=True), [x], (2, 2), FP32)
+    np.testing.assert_array_equal(got, [[-3, -6], [-7, -2]])
+    got = run_tile(lambda d, s: nisa.tensor_reduce(d, nl.multiply, s, axis=[2], keepdims=True), [x], (2, 2, 1), INT32)
+    np.testing.assert_array_equal(got, [[[6], [120]], [[0], [8]]])
+    bits = np.array([[0b1100, 0b1010, 0b0110]], np.int32)
+    got = run_tile(lambda d, s: nisa.tensor_reduce(d, nl.bitwise_xor, s, axis=1), [bits], (1, 1), INT32)
+    np.testing.assert_array_equal(got, [[0b0000]])
+    got = run_tile(lambda d, s: nisa.tensor_reduce(d, nl.bitwise_or, s, axis=1), [bits], (1, 1), INT32)
+    np.testing.assert_array_equal(got, [[0b1110]])
+
+
+# -- memset ---------------------------------------------------------------------------
+
+
+@st.composite
+def memset_cases(draw):
+    dtype = draw(st.sampled_from((*FLOATS, *FP8S, *INTS)))
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        value = draw(st.integers(max(int(info.min), -(2**24)), min(int(info.max), 2**24)))
+    else:
+        value = draw(st.floats(-200, 200, width=32) | st.sampled_from([0.0, -0.0, 1.0, 0.1]))
+    return dtype, value
+
+
+@FAST
+@given(
+    shape=tile_shapes(),
+    case=memset_cases(),
+    engine=st.sampled_from(["unknown", "vector", "gpsimd"]),
+    in_psum=st.booleans(),
+    target=targets,
+)
+def test_memset_fills_with_cast_constant(shape, case, engine, in_psum, target):
+    """Every element becomes the constant, cast to dst's dtype (float values round to nearest even)."""
+    dtype, value = case
+    in_psum = in_psum and engine != "gpsimd"
+
+    def kernel():
+        tile = nl.ndarray(shape, dtype=dtype, buffer=nl.psum if in_psum else nl.sbuf)
+        nisa.memset(dst=tile, value=value, engine=getattr(nisa, f"{engine}_engine"))
+        return store(tile)
+
+    got = run_kernel(kernel, [], target)
+    expected = np.full(shape, value, dtype=np.int64).astype(dtype) if dtype.kind in "iu" else ref_cast(value, dtype)
+    assert_values_equal(got, np.broadcast_to(expected, shape).copy())
+
+
+def test_memset_part_of_a_tile():
+    """memset of a view writes only that view."""
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+
+    def kernel(x):
+        tile = load(x)
+        nisa.memset(dst=tile[1:3, 2:5], value=-1.5)
+        return store(tile)
+
+    expected = base.copy()
+    expected[1:3, 2:5] = -1.5
+    np.testing.assert_array_equal(run_kernel(kernel, [base]), expected)
+
+
+# -- operands that are views of bigger tiles ------------------------------------------
+
+
+@st.composite
+def views(draw):
+    """A legal partition range (start 0/32/64/96 by size) and a free range, maybe strided."""
+    p = draw(st.integers(1, 128))
+    starts = [0] if p > 64 else [0, 64] if p > 32 else [0, 32, 64, 96]
+    p0 = draw(st.sampled_from([s for s in starts if s + p <= 128]))
+    step = draw(st.integers(1, 2))
+    f = draw(st.integers(1, 20))
+    f0 = draw(st.integers(0, 40 - step * f))
+    return slice(p0, p0 + p), slice(f0, f0 + step * f, step)
+
+
+@FAST
+@given(
+    view=views(),
+    instr=st.sampled_from(["tensor_tensor", "tensor_copy", "tensor_scalar", "activation", "memset", "tensor_reduce"]),
+    target=targets,
+    seed=seeds,
+)
+def test_instructions_on_tile_views(view, instr, target, seed):
+    """Instructions read and write exactly the views they are given; the rest of dst is untouched."""
+    ps, fs = view
+    rng = np.random.default_rng(seed)
+    a, b, background = (random_values(rng, (128, 40), FP32) for _ in range(3))
+
+    def kernel(xa, xb, xc):
+        ta, tb, tc = load(xa), load(xb), load(xc)
+        if instr == "tensor_tensor":
+            nisa.tensor_tensor(dst=tc[ps, fs], data1=ta[ps, fs], data2=tb[ps, fs], op=nl.subtract)
+        elif instr == "tensor_copy":
+            nisa.tensor_copy(dst=tc[ps, fs], src=ta[ps, fs])
+        elif instr == "tensor_scalar":
+            nisa.tensor_scalar(dst=tc[ps, fs], data=ta[ps, fs], op0=nl.multiply, operand0=tb[ps, 0:1])
+        elif instr == "activation":
+            nisa.activation(dst=tc[ps, fs], op=nl.relu, data=ta[ps, fs], bias=tb[ps, 39:40])
+        elif instr == "memset":
+            nisa.memset(dst=tc[ps, fs], value=2.5)
+        else:
+            nisa.tensor_reduce(dst=tc[ps, 0:1], op=nl.maximum, data=ta[ps, fs], axis=1)
+        return store(tc)
+
+    expected = background.copy()
+    if instr == "tensor_tensor":
+        expected[ps, fs] = a[ps, fs] - b[ps, fs]
+    elif instr == "tensor_copy":
+        expected[ps, fs] = a[ps, fs]
+    elif instr == "tensor_scalar":
+        expected[ps, fs] = a[ps, fs] * b[ps, 0:1]
+    elif instr == "activation":
+        expected[ps, fs] = np.maximum(a[ps, fs] + b[ps, 39:40], 0)
+    elif instr == "memset":
+        expected[ps, fs] = 2.5
+    else:
+        expected[ps, 0:1] = a[ps, fs].max(axis=1, keepdims=True)
+    assert_bits_equal(run_kernel(kernel, [a, b, background], target), expected)

@@ -1,0 +1,915 @@
+"""Vector Engine reductions, scans and fused arithmetic; the GpSimd partition reduce; activation_reduce.
+
+Expected values port the NKI 0.2 pseudo-code to numpy in this file: engines compute in
+float32 and cast on write; scans run element by element in float32, so they are
+compared bit for bit. The numba scan kernels are checked against their plain-numpy
+references for every pair of arithmetic operators.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nkisim
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+from nkisim import DtypeError, MemoryKindError, OperandError, ShapeError, TargetError
+from nkisim.hw import load_target
+from nkisim.isa import OPS
+from nkisim.isa.kernels import (
+    ALU_CODES,
+    cumulative_kernel,
+    tensor_tensor_scan_kernel,
+    tensor_tensor_scan_reference,
+)
+from nkisim.isa.kernels import (
+    cumulative_reference as cumulative_kernel_reference,
+)
+
+from .conftest import (
+    BF16,
+    FAST,
+    FLOATS,
+    FP8_E4M3,
+    FP16,
+    FP32,
+    INT8,
+    INT16,
+    INT32,
+    PER_OP,
+    UINT8,
+    UINT16,
+    assert_bits_equal,
+    assert_values_equal,
+    f32,
+    load,
+    partitions,
+    random_values,
+    ref_cast,
+    run_kernel,
+    run_tile,
+    seeds,
+    small_values,
+    store,
+    targets,
+    tile_shapes,
+    ulp_rtol,
+)
+
+F32 = np.float32
+
+
+def flag(mask):
+    return np.asarray(mask).astype(F32)
+
+
+# The arithmetic ALU operators in float32, from the NKI operator table.
+REF_OPS = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "divide": np.divide,
+    "equal": lambda x, y: flag(x == y),
+    "not_equal": lambda x, y: flag(x != y),
+    "greater": lambda x, y: flag(x > y),
+    "greater_equal": lambda x, y: flag(x >= y),
+    "less": lambda x, y: flag(x < y),
+    "less_equal": lambda x, y: flag(x <= y),
+    "logical_and": lambda x, y: flag((x != 0) & (y != 0)),
+    "logical_or": lambda x, y: flag((x != 0) | (y != 0)),
+    "logical_xor": lambda x, y: flag((x != 0) ^ (y != 0)),
+    "abs_max": lambda x, y: np.maximum(np.abs(x), np.abs(y)),
+    "abs_min": lambda x, y: np.minimum(np.abs(x), np.abs(y)),
+    "abs": lambda x, y: np.abs(x),
+    "square": lambda x, y: x * x,
+    "reciprocal": lambda x, y: F32(1) / x,
+}
+SCAN_OPS = sorted(REF_OPS)
+CUMULATIVE_OPS = ("add", "subtract", "multiply", "maximum", "minimum")
+
+
+def ref(name, x, y, reverse=False):
+    with np.errstate(all="ignore"):
+        x, y = np.asarray(x, F32), np.asarray(y, F32)
+        return np.asarray(REF_OPS[name](y, x) if reverse else REF_OPS[name](x, y), F32)
+
+
+def tile(shape, dtype=nl.float32, buffer=nl.sbuf):
+    return nl.ndarray(tuple(shape), dtype=dtype, buffer=buffer)
+
+
+def profile_of(kernel, target="trn1"):
+    return nkisim.run(kernel, [], target=target).profile
+
+
+def _k(fn):
+    """A kernel that only calls ``fn``."""
+
+    def kernel():
+        fn()
+
+    return kernel
+
+
+def cost_of(kernel, opcode, target="trn1"):
+    """The one ``opcode`` instruction's duration in ns."""
+    (rec,) = [r for r in profile_of(kernel, target).instructions if r.opcode == opcode]
+    return rec.end_ns - rec.start_ns, rec.engine
+
+
+# -- numba kernels against their numpy references -------------------------------------
+
+
+def special_values(rng, shape):
+    """Normal values mixed with zeros of both signs, infinities, NaN, ones and subnormals."""
+    x = (rng.standard_normal(shape) * 3).astype(F32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, 2.0, 1e-40, 3e38], F32)
+    pick = rng.random(shape) < 0.3
+    x[pick] = rng.choice(specials, size=int(pick.sum()))
+    return x
+
+
+def test_scan_kernel_is_bit_identical_to_its_reference_for_every_operator_pair():
+    """Every (op0, op1, reverse0, reverse1) of the 22 arithmetic operators, on data with NaN/inf/-0.0."""
+    rng = np.random.default_rng(7)
+    for op0 in ALU_CODES:
+        for op1 in ALU_CODES:
+            for rev0, rev1 in ((False, False), (True, False), (False, True), (True, True)):
+                d0, d1 = special_values(rng, (4, 12)), special_values(rng, (4, 12))
+                init = special_values(rng, (4,))
+                got = tensor_tensor_scan_kernel(d0, d1, init, ALU_CODES[op0], ALU_CODES[op1], rev0, rev1)
+                want = tensor_tensor_scan_reference(d0, d1, init, OPS[op0], OPS[op1], rev0, rev1)
+                assert_bits_equal(got, want)
+
+
+@FAST
+@given(shape=st.tuples(partitions, st.integers(1, 300)), op=st.sampled_from(sorted(ALU_CODES)), seed=seeds)
+def test_cumulative_kernel_is_bit_identical_to_its_reference(shape, op, seed):
+    rng = np.random.default_rng(seed)
+    values = special_values(rng, shape)
+    regs = special_values(rng, shape[:1])
+    regs_ref = regs.copy()
+    got = cumulative_kernel(values, regs, ALU_CODES[op])
+    want = cumulative_kernel_reference(values, regs_ref, OPS[op])
+    assert_bits_equal(got, want)
+    assert_bits_equal(regs, regs_ref)
+
+
+# -- tensor_tensor_scan ---------------------------------------------------------------
+
+
+def scan_reference(d0, d1, initial, op0, op1, rev0, rev1):
+    """The docstring pseudo-code, per partition: r[i] = op1(op0(d0[i], r[i-1]), d1[i])."""
+    p = d0.shape[0]
+    x0, x1 = f32(d0).reshape(p, -1), f32(d1).reshape(p, -1)
+    out = np.empty_like(x0)
+    r = np.broadcast_to(np.asarray(initial, F32).reshape(-1), (p,)).astype(F32)
+    for i in range(x0.shape[1]):
+        t = ref(op0, x0[:, i], r, rev0)
+        r = ref(op1, t, x1[:, i], rev1)
+        out[:, i] = r
+    return out.reshape(d0.shape)
+
+
+@PER_OP
+@given(
+    shape=tile_shapes(max_dims=2, max_size=128),
+    op0=st.sampled_from(SCAN_OPS),
+    op1=st.sampled_from(SCAN_OPS),
+    rev=st.tuples(st.booleans(), st.booleans()),
+    dtypes=st.tuples(st.sampled_from((FP32, BF16, FP16, INT8)), st.sampled_from((FP32, BF16, INT16))),
+    out=st.sampled_from((FP32, BF16, FP16, INT32)),
+    initial=st.sampled_from(["scalar", "tile"]),
+    psum=st.sampled_from([None, 0, 1]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_tensor_scan(shape, op0, op1, rev, dtypes, out, initial, psum, target, seed):
+    rng = np.random.default_rng(seed)
+    d0 = small_values(rng, shape, dtypes[0])
+    d1 = small_values(rng, shape, dtypes[1])
+    init = small_values(rng, (shape[0], 1), FP32)
+    buffers = ["sbuf", "sbuf", "sbuf"]
+    if psum is not None:
+        buffers[psum] = "psum"
+
+    def body(dst, a, b, i):
+        nisa.tensor_tensor_scan(
+            dst=dst,
+            data0=a,
+            data1=b,
+            initial=i if initial == "tile" else 1.5,
+            op0=getattr(nl, op0),
+            op1=getattr(nl, op1),
+            reverse0=rev[0],
+            reverse1=rev[1],
+        )
+
+    got = run_tile(body, [d0, d1, init], shape, out, target=target, in_buffers=buffers)
+    start = init if initial == "tile" else F32(1.5)
+    assert_values_equal(got, ref_cast(scan_reference(d0, d1, start, op0, op1, *rev), out))
+
+
+def test_tensor_tensor_scan_hand_case():
+    """A running sum r[i] = r[i-1] * 1 + d1[i] and a decaying recurrence r[i] = d0[i] * r[i-1] + d1[i]."""
+    d0 = np.array([[1, 1, 1, 1], [0.5, 0.5, 2, 0]], F32)
+    d1 = np.array([[1, 2, 3, 4], [1, 1, 1, 1]], F32)
+
+    def body(dst, a, b):
+        nisa.tensor_tensor_scan(dst, a, b, 10.0, nl.multiply, nl.add)
+
+    got = run_tile(body, [d0, d1], d0.shape, FP32)
+    # row 0: 11, 13, 16, 20; row 1: 5 + 1 = 6, 3 + 1 = 4, 8 + 1 = 9, 0 + 1 = 1
+    np.testing.assert_array_equal(got, [[11, 13, 16, 20], [6, 4, 9, 1]])
+    # reverse1 puts data1 on the left: r = d1 - (d0 + r)
+    got = run_tile(
+        lambda dst, a, b: nisa.tensor_tensor_scan(dst, a, b, 0.0, nl.add, nl.subtract, reverse1=True),
+        [d0, d1],
+        d0.shape,
+        FP32,
+    )
+    np.testing.assert_array_equal(got[0], [0, 1, 1, 2])  # 1-1, 2-(1+0), 3-(1+1), 4-(1+1)
+
+
+def test_tensor_tensor_scan_multi_dim_free_axes_scan_in_row_major_order():
+    d0 = np.ones((2, 2, 3), F32)
+    d1 = np.arange(12, dtype=F32).reshape(2, 2, 3)
+    got = run_tile(
+        lambda dst, a, b: nisa.tensor_tensor_scan(dst, a, b, 0.0, nl.multiply, nl.add), [d0, d1], d0.shape, FP32
+    )
+    np.testing.assert_array_equal(got, np.cumsum(d1.reshape(2, -1), axis=1).reshape(2, 2, 3))
+
+
+# -- tensor_scalar_cumulative ---------------------------------------------------------
+
+CUMULATIVE_DTYPES = (FP32, BF16, FP16, FP8_E4M3, UINT8, UINT16, INT8, INT16)
+RESET_VALUE = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}
+
+
+def cumulative_reference(src, op0, imm0, op1, reg):
+    """The docstring pseudo-code: reg = op1(op0(src[i], imm0), reg); out[i] = reg. Returns (out, reg)."""
+    p = src.shape[0]
+    x = f32(src).reshape(p, -1)
+    v = ref(op0, x, np.asarray(imm0, F32).reshape(-1, 1) if np.ndim(imm0) else F32(imm0))
+    out = np.empty_like(x)
+    reg = np.array(reg, F32)
+    for i in range(x.shape[1]):
+        reg = ref(op1, v[:, i], reg)
+        out[:, i] = reg
+    return out.reshape(src.shape), reg
+
+
+@st.composite
+def cumulative_programs(draw):
+    """One or two chained calls: the first resets or loads, the second may continue with reduce."""
+    first = draw(st.sampled_from(["reset_reduce", "load_reduce"]))
+    cmds = [first] + ([draw(st.sampled_from(["reduce", "reset_reduce", "load_reduce"]))] if draw(st.booleans()) else [])
+    return cmds
+
+
+@PER_OP
+@given(
+    shape=tile_shapes(max_dims=2, max_size=96),
+    op0=st.sampled_from(("add", "subtract", "multiply", "maximum", "minimum", "abs_max")),
+    op1=st.sampled_from(CUMULATIVE_OPS),
+    dtype=st.sampled_from(CUMULATIVE_DTYPES),
+    out=st.sampled_from(CUMULATIVE_DTYPES),
+    vector_imm=st.booleans(),
+    cmds=cumulative_programs(),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_scalar_cumulative(shape, op0, op1, dtype, out, vector_imm, cmds, target, seed):
+    rng = np.random.default_rng(seed)
+    p = shape[0]
+    src = small_values(rng, shape, dtype, 0 if dtype.kind == "u" else -4, 4)
+    imm0 = small_values(rng, (p, 1), FP32, -2, 2)
+    imm1 = small_values(rng, (p, 1), FP32, -3, 3)
+
+    def kernel(x, i0, i1):
+        s, t0, t1 = load(x), load(i0), load(i1)
+        outs = []
+        for cmd in cmds:
+            dst = tile(shape, out)
+            nisa.tensor_scalar_cumulative(
+                dst=dst,
+                src=s,
+                op0=getattr(nl, op0),
+                op1=getattr(nl, op1),
+                imm0=t0 if vector_imm else 0.5,
+                imm1=t1 if vector_imm else -1.0,
+                reduce_cmd=getattr(nisa.reduce_cmd, cmd),
+            )
+            outs.append(store(dst))
+        return tuple(outs)
+
+    got = run_kernel(kernel, [src, imm0, imm1], target)
+    reg = np.zeros(p, F32)
+    for cmd, g in zip(cmds, got):
+        if cmd == "reset_reduce":
+            reg = np.full(p, RESET_VALUE[op1], F32)
+        elif cmd == "load_reduce":
+            reg = imm1.reshape(p) if vector_imm else np.full(p, -1.0, F32)
+        want, reg = cumulative_reference(src, op0, imm0 if vector_imm else 0.5, op1, reg)
+        assert_values_equal(g, ref_cast(want, out))
+
+
+def test_tensor_scalar_cumulative_hand_cases():
+    x = np.array([[1, 2, 3, 4], [4, -1, 2, -5]], F32)
+    res = {}
+    for op1 in CUMULATIVE_OPS:
+        res[op1] = run_tile(
+            lambda d, s, op1=op1: nisa.tensor_scalar_cumulative(d, s, nl.add, getattr(nl, op1), 0.0), [x], x.shape, FP32
+        )
+    np.testing.assert_array_equal(res["add"], [[1, 3, 6, 10], [4, 3, 5, 0]])
+    np.testing.assert_array_equal(res["multiply"], [[1, 2, 6, 24], [4, -4, -8, 40]])
+    np.testing.assert_array_equal(res["maximum"], [[1, 2, 3, 4], [4, 4, 4, 4]])
+    np.testing.assert_array_equal(res["minimum"], [[1, 1, 1, 1], [4, -1, -1, -5]])
+    # subtract, as the pseudo-code writes it: reg = value - reg
+    np.testing.assert_array_equal(res["subtract"], [[1, 1, 2, 2], [4, -5, 7, -12]])
+    # load_reduce starts from imm1: a scan with an initial value
+    got = run_tile(
+        lambda d, s: nisa.tensor_scalar_cumulative(d, s, nl.multiply, nl.add, 2.0, 100.0, nisa.reduce_cmd.load_reduce),
+        [x],
+        x.shape,
+        FP32,
+    )
+    np.testing.assert_array_equal(got, [[102, 106, 112, 120], [108, 106, 110, 100]])
+
+
+# -- tensor_scalar_reduce -------------------------------------------------------------
+
+
+@PER_OP
+@given(
+    shape=tile_shapes(max_dims=3, max_size=256),
+    op0=st.sampled_from(("add", "subtract", "multiply", "maximum", "divide", "abs_max", "greater")),
+    reduce_op=st.sampled_from(CUMULATIVE_OPS),
+    dtype=st.sampled_from((FP32, BF16, FP16, INT8)),
+    out=st.sampled_from((FP32, BF16, INT16)),
+    res_dtype=st.sampled_from((FP32, BF16)),
+    vector=st.booleans(),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_scalar_reduce(shape, op0, reduce_op, dtype, out, res_dtype, vector, target, seed):
+    """dst = data op0 operand0; reduce_res = reduce_op of the float32 results over every free axis."""
+    rng = np.random.default_rng(seed)
+    p = shape[0]
+    data = small_values(rng, shape, dtype, -4, 4)
+    operand = (rng.integers(1, 3, size=(p, 1)) * rng.choice([-1, 1], size=(p, 1)) * 0.5).astype(F32)
+
+    def kernel(x, o):
+        dst, res = tile(shape, out), tile((p, 1), res_dtype)
+        nisa.tensor_scalar_reduce(
+            dst=dst,
+            data=load(x),
+            op0=getattr(nl, op0),
+            operand0=load(o) if vector else 2.0,
+            reduce_op=getattr(nl, reduce_op),
+            reduce_res=res,
+        )
+        return store(dst), store(res)
+
+    got_dst, got_res = run_kernel(kernel, [data, operand], target)
+    values = ref(op0, f32(data).reshape(p, -1), operand if vector else F32(2.0))
+    assert_values_equal(got_dst, ref_cast(values.reshape(shape), out))
+    acc = values[:, 0]
+    for i in range(1, values.shape[1]):  # in element order, in float32: subtract is x0 - x1 - x2 ...
+        acc = ref(reduce_op, acc, values[:, i])
+    want = acc.reshape(p, 1)
+    if reduce_op in ("maximum", "minimum"):
+        assert_values_equal(got_res, ref_cast(want, res_dtype))
+    else:  # a float32 reduction may be summed in another order
+        tol = ulp_rtol(res_dtype) + values.shape[1] * 2.0**-23
+        np.testing.assert_allclose(got_res.astype(np.float64), want, rtol=tol, atol=tol * np.abs(values).sum())
+
+
+# -- scalar_tensor_tensor -------------------------------------------------------------
+
+
+@PER_OP
+@given(
+    shape=tile_shapes(max_dims=3, max_size=256),
+    op0=st.sampled_from(SCAN_OPS),
+    op1=st.sampled_from(SCAN_OPS),
+    rev=st.tuples(st.booleans(), st.booleans()),
+    dtypes=st.tuples(st.sampled_from((FP32, BF16, INT8)), st.sampled_from((FP32, FP16, BF16))),
+    out=st.sampled_from((FP32, BF16, FP16, INT32)),
+    vector=st.booleans(),
+    psum=st.sampled_from([None, 0, 1]),
+    target=targets,
+    seed=seeds,
+)
+def test_scalar_tensor_tensor(shape, op0, op1, rev, dtypes, out, vector, psum, target, seed):
+    """dst = (data op0 operand0) op1 operand1, float32 math; operand0 a scalar or a (P, 1) column."""
+    rng = np.random.default_rng(seed)
+    p = shape[0]
+    data = small_values(rng, shape, dtypes[0])
+    other = small_values(rng, shape, dtypes[1])
+    col = small_values(rng, (p, 1), FP32)
+    buffers = ["sbuf", "sbuf", "sbuf"]
+    if psum is not None:
+        buffers[psum] = "psum"
+
+    def body(dst, x, y, c):
+        nisa.scalar_tensor_tensor(
+            dst=dst,
+            data=x,
+            op0=getattr(nl, op0),
+            operand0=c if vector else -1.5,
+            op1=getattr(nl, op1),
+            operand1=y,
+            reverse0=rev[0],
+            reverse1=rev[1],
+        )
+
+    got = run_tile(body, [data, other, col], shape, out, target=target, in_buffers=buffers)
+    t = ref(op0, f32(data).reshape(p, -1), col if vector else F32(-1.5), rev[0])
+    want = ref(op1, t, f32(other).reshape(p, -1), rev[1])
+    assert_values_equal(got, ref_cast(want.reshape(shape), out))
+
+
+# -- exponential ----------------------------------------------------------------------
+
+
+@FAST
+@given(
+    shape=tile_shapes(max_dims=3, max_size=256),
+    dtype=st.sampled_from((FP32, BF16, FP16, INT8)),
+    out=st.sampled_from((FP32, BF16, FP16)),
+    vector=st.booleans(),
+    seed=seeds,
+)
+def test_exponential_values(shape, dtype, out, vector, seed):
+    """dst = exp(src - max_value), max_value a scalar or a float32 (P, 1) column (NeuronCore-v4)."""
+    rng = np.random.default_rng(seed)
+    p = shape[0]
+    src = small_values(rng, shape, dtype, -8, 8)
+    mx = small_values(rng, (p, 1), FP32, -4, 4)
+
+    def body(dst, x, m):
+        nisa.exponential(dst=dst, src=x, max_value=m if vector else 1.5)
+
+    got = run_tile(body, [src, mx], shape, out, target="trn3")
+    z = f32(src).reshape(p, -1).astype(np.float64) - (mx if vector else 1.5)
+    want = np.exp(z).reshape(shape)
+    rtol = 4e-6 + ulp_rtol(out)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=1e-30)
+
+
+CMDS = ("idle", "reset_reduce", "reduce", "load_reduce")
+
+
+@FAST
+@given(
+    shape=tile_shapes(max_dims=2, max_size=128),
+    cmds=st.lists(st.sampled_from(CMDS), min_size=1, max_size=4),
+    seed=seeds,
+)
+def test_exponential_running_sum_in_the_vector_accumulators(shape, cmds, seed):
+    """reset_reduce zeroes, load_reduce loads reduce_init, reduce keeps; each then adds sum(exp); idle leaves."""
+    cmds = ["reset_reduce", *cmds]  # a defined start
+    rng = np.random.default_rng(seed)
+    p = shape[0]
+    xs = [small_values(rng, shape, FP32, -6, 2) for _ in cmds]
+    inits = [float(rng.integers(-4, 4)) for _ in cmds]
+
+    def kernel(*hbm):
+        res = tile((p, len(cmds)), nl.float32)
+        for i, (x, cmd) in enumerate(zip(hbm, cmds)):
+            kwargs = {"reduce_init": inits[i]} if cmd == "load_reduce" else {}
+            nisa.exponential(
+                dst=tile(shape),
+                src=load(x),
+                reduce_res=res[:, i : i + 1],
+                reduce_cmd=getattr(nisa.reduce_cmd, cmd),
+                **kwargs,
+            )
+        return store(res)
+
+    got = run_kernel(kernel, xs, "trn3")
+    acc = np.zeros(p)
+    bound = np.zeros(p)
+    for i, cmd in enumerate(cmds):
+        e = np.exp(f32(xs[i]).reshape(p, -1).astype(np.float64)).sum(axis=1)
+        if cmd == "reset_reduce":
+            acc[:], bound[:] = 0.0, 0.0
+        elif cmd == "load_reduce":
+            acc[:], bound[:] = inits[i], abs(inits[i])
+        if cmd != "idle":
+            acc += e
+            bound += e
+        np.testing.assert_allclose(got[:, i], acc, rtol=0, atol=1e-30 + 1e-5 * bound.max())
+
+
+def test_exponential_hand_case():
+    x = np.array([[0.0, 1.0, 2.0], [3.0, 3.0, 3.0]], F32)
+
+    def kernel(a):
+        dst, res = tile((2, 3)), tile((2, 1))
+        nisa.exponential(
+            dst, load(a), max_value=2.0, reduce_res=res, reduce_cmd=nisa.reduce_cmd.load_reduce, reduce_init=1.0
+        )
+        return store(dst), store(res)
+
+    dst, res = run_kernel(kernel, [x], "trn3")
+    e = np.exp(np.array([[-2.0, -1.0, 0.0], [1.0, 1.0, 1.0]]))
+    np.testing.assert_allclose(dst, e, rtol=1e-6)
+    np.testing.assert_allclose(res[:, 0], 1.0 + e.sum(axis=1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_exponential_needs_neuroncore_v4(target):
+    def kernel():
+        nisa.exponential(dst=tile((4, 4)), src=tile((4, 4)))
+
+    with pytest.raises(TargetError, match=rf"nisa\.exponential \[Vector, {target}\]: needs NeuronCore-v4"):
+        profile_of(kernel, target)
+
+
+# -- reciprocal -----------------------------------------------------------------------
+
+
+@FAST
+@given(
+    shape=tile_shapes(),
+    dtype=st.sampled_from((FP32, BF16, FP16, INT16)),
+    out=st.sampled_from((FP32, BF16, FP16, INT32)),
+    psum=st.booleans(),
+    target=targets,
+    seed=seeds,
+)
+def test_reciprocal(shape, dtype, out, psum, target, seed):
+    """dst = 1 / data in float32 (1/0 = inf), cast on write."""
+    data = random_values(np.random.default_rng(seed), shape, dtype)
+    got = run_tile(
+        lambda d, x: nisa.reciprocal(dst=d, data=x),
+        [data],
+        shape,
+        out,
+        target=target,
+        in_buffers=["psum" if psum else "sbuf"],
+    )
+    with np.errstate(divide="ignore"):
+        want = F32(1.0) / f32(data)
+    assert_values_equal(got, ref_cast(want, out))
+
+
+# -- tensor_partition_reduce ----------------------------------------------------------
+
+
+@FAST
+@given(
+    shape=tile_shapes(max_dims=3, max_size=256),
+    op=st.sampled_from(("add", "maximum")),
+    dtype=st.sampled_from((FP32, BF16, INT8)),
+    out=st.sampled_from((FP32, BF16, INT32)),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_partition_reduce_arithmetic(shape, op, dtype, out, target, seed):
+    """dst[0] = op over the partitions; small halves keep float32 sums exact in any order."""
+    data = small_values(np.random.default_rng(seed), shape, dtype)
+    got = run_tile(
+        lambda d, x: nisa.tensor_partition_reduce(dst=d, op=getattr(nl, op), data=x),
+        [data],
+        (1, *shape[1:]),
+        out,
+        target=target,
+    )
+    ufunc = {"add": np.add, "maximum": np.maximum}[op]
+    assert_values_equal(got, ref_cast(ufunc.reduce(f32(data), axis=0, keepdims=True), out))
+
+
+@FAST
+@given(
+    shape=tile_shapes(max_dims=2, max_size=128),
+    op=st.sampled_from(("bitwise_or", "bitwise_and")),
+    dtype=st.sampled_from((INT32, INT16, UINT8)),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_partition_reduce_bitwise(shape, op, dtype, target, seed):
+    data = random_values(np.random.default_rng(seed), shape, dtype)
+    got = run_tile(
+        lambda d, x: nisa.tensor_partition_reduce(d, getattr(nl, op), x), [data], (1, *shape[1:]), dtype, target=target
+    )
+    ufunc = {"bitwise_or": np.bitwise_or, "bitwise_and": np.bitwise_and}[op]
+    assert_bits_equal(got, ufunc.reduce(data, axis=0, keepdims=True))
+
+
+# -- activation_reduce (Scalar Engine) ------------------------------------------------
+
+
+@FAST
+@given(
+    shape=tile_shapes(max_dims=3, max_size=256),
+    op=st.sampled_from(("copy", "exp", "relu", "square", "tanh")),
+    reduce_op=st.sampled_from(("add", "maximum", "minimum")),
+    out=st.sampled_from(FLOATS),
+    target=targets,
+    seed=seeds,
+)
+def test_activation_reduce(shape, op, reduce_op, out, target, seed):
+    """dst = op(data * scale + bias); reduce_res = reduce_op over every free axis (v2: add only)."""
+    if target == "trn1" and reduce_op != "add":
+        reduce_op = "add"
+    fns = {"copy": lambda z: z, "exp": np.exp, "relu": lambda z: np.maximum(z, 0), "square": np.square, "tanh": np.tanh}
+    rng = np.random.default_rng(seed)
+    p = shape[0]
+    data = np.clip(rng.standard_normal(shape), -3, 3).astype(F32)
+    bias = rng.uniform(-1, 1, size=(p, 1)).astype(F32)
+
+    def kernel(x, b):
+        dst, res = tile(shape, out), tile((p, 1))
+        nisa.activation_reduce(
+            dst=dst,
+            op=getattr(nl, op),
+            data=load(x),
+            reduce_op=getattr(nl, reduce_op),
+            reduce_res=res,
+            bias=load(b),
+            scale=0.5,
+        )
+        return store(dst), store(res)
+
+    got_dst, got_res = run_kernel(kernel, [data, bias], target)
+    act = fns[op]((data.reshape(p, -1) * F32(0.5) + bias).astype(np.float64))
+    np.testing.assert_allclose(got_dst.astype(np.float64), act.reshape(shape), rtol=4e-6 + ulp_rtol(out), atol=1e-6)
+    want = {"add": np.sum, "maximum": np.max, "minimum": np.min}[reduce_op](act, axis=1, keepdims=True)
+    bound = np.abs(act).sum(axis=1, keepdims=True) * (act.shape[1] * 2.0**-24 + 4e-6)
+    assert np.all(np.abs(got_res - want) <= bound + 1e-30)
+
+
+def test_activation_reduce_resets_the_registers_it_shares_with_activation():
+    """activation_reduce resets reduce_regs, so an activation with reduce_cmd=reduce adds onto its result."""
+    a = np.array([[1.0, 2.0], [3.0, -4.0]], F32)
+
+    def kernel(x):
+        t = load(x)
+        r1, r2 = tile((2, 1)), tile((2, 1))
+        nisa.activation(dst=tile((2, 2)), op=nl.copy, data=t, reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation_reduce(dst=tile((2, 2)), op=nl.copy, data=t, reduce_op=nl.add, reduce_res=r1, scale=2.0)
+        nisa.activation(
+            dst=tile((2, 2)), op=nl.copy, data=t, reduce_op=nl.add, reduce_res=r2, reduce_cmd=nisa.reduce_cmd.reduce
+        )
+        return store(r1), store(r2)
+
+    r1, r2 = run_kernel(kernel, [a])
+    np.testing.assert_array_equal(r1, [[6.0], [-2.0]])
+    np.testing.assert_array_equal(r2, [[9.0], [-3.0]])
+
+
+# -- the Vector accumulators are shared -----------------------------------------------
+
+
+def test_vector_accumulators_carry_from_one_instruction_to_the_next():
+    """tensor_scalar_reduce leaves its sum; tensor_scalar_cumulative(reduce) and exponential(reduce) continue it."""
+    x = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], F32)
+
+    def kernel(a):
+        t = load(a)
+        r = tile((2, 1))
+        nisa.tensor_scalar_reduce(dst=tile((2, 3)), data=t, op0=nl.add, operand0=0.0, reduce_op=nl.add, reduce_res=r)
+        cum = tile((2, 3))
+        nisa.tensor_scalar_cumulative(cum, t, nl.add, nl.add, 0.0, reduce_cmd=nisa.reduce_cmd.reduce)
+        e = tile((2, 1))
+        nisa.exponential(
+            tile((2, 3)), tile((2, 3), nl.float32), max_value=0.0, reduce_res=e, reduce_cmd=nisa.reduce_cmd.idle
+        )
+        return store(r), store(cum), store(e)
+
+    def kernel_v4(a):
+        t = load(a)
+        nisa.tensor_scalar_cumulative(tile((2, 3)), t, nl.add, nl.add, 0.0)  # leaves 6 and 1
+        z = tile((2, 3))
+        nisa.memset(z, 0.0)
+        e = tile((2, 1))
+        nisa.exponential(tile((2, 3)), z, reduce_res=e, reduce_cmd=nisa.reduce_cmd.reduce)  # + 3 * exp(0)
+        return store(e)
+
+    r, cum, e = run_kernel(kernel, [x], "trn3")
+    np.testing.assert_array_equal(r, [[6.0], [1.0]])
+    np.testing.assert_array_equal(cum, [[7.0, 9.0, 12.0], [1.0, 1.0, 2.0]])
+    np.testing.assert_array_equal(e, [[12.0], [2.0]])  # idle leaves the registers as the scan left them
+    np.testing.assert_array_equal(run_kernel(kernel_v4, [x], "trn3"), [[9.0], [4.0]])
+
+
+# -- constraints ----------------------------------------------------------------------
+
+
+def T(*shape, dtype=nl.float32, buffer=nl.sbuf):
+    return nl.ndarray(shape, dtype=dtype, buffer=buffer)
+
+
+PS = {"buffer": nl.psum}
+RC = nisa.reduce_cmd
+scan, cum, tsr, stt = (
+    nisa.tensor_tensor_scan,
+    nisa.tensor_scalar_cumulative,
+    nisa.tensor_scalar_reduce,
+    nisa.scalar_tensor_tensor,
+)
+exp, tpr, act_r = nisa.exponential, nisa.tensor_partition_reduce, nisa.activation_reduce
+
+V, G, S = "Vector", "GpSimd", "Scalar"
+
+# (instruction, engine, target, call, error, message)
+CONSTRAINTS = [
+    ("tensor_tensor_scan", V, "trn1", lambda: scan(T(8, 16), T(8, 16), T(8, 16), 0.0, nl.bitwise_and, nl.add),
+     OperandError, "op0 bitvec operator nl.bitwise_and is not supported"),
+    ("tensor_tensor_scan", V, "trn2", lambda: scan(T(8, 16), T(8, 16), T(8, 16), 0.0, nl.add, nl.exp),
+     OperandError, "op1 nl.exp is not an ALU operator"),
+    ("tensor_tensor_scan", V, "trn1", lambda: scan(T(8, 16), T(8, 16), T(8, 15), 0.0, nl.add, nl.add),
+     ShapeError, "data1 has 15 elements per partition but data0 has 16"),
+    ("tensor_tensor_scan", V, "trn1", lambda: scan(T(8, 15), T(8, 16), T(8, 16), 0.0, nl.add, nl.add),
+     ShapeError, "dst has 15 elements"),
+    ("tensor_tensor_scan", V, "trn1", lambda: scan(T(8, 16), T(8, 16), T(8, 16), T(8, 2), nl.add, nl.add),
+     ShapeError, r"initial shape \[8, 2\] must be \(8, 1\)"),
+    ("tensor_tensor_scan", V, "trn3", lambda: scan(T(8, 16), T(8, 16, **PS), T(8, 16, **PS), 0.0, nl.add, nl.add),
+     MemoryKindError, "data0 and data1 must not both be in PSUM"),
+    ("tensor_scalar_cumulative", V, "trn1", lambda: cum(T(4, 8), T(4, 8, dtype=nl.int32), nl.add, nl.add, 0.0),
+     DtypeError, "src dtype int32 is not supported"),
+    ("tensor_scalar_cumulative", V, "trn2", lambda: cum(T(4, 8, dtype=nl.uint32), T(4, 8), nl.add, nl.add, 0.0),
+     DtypeError, "dst dtype uint32 is not supported"),
+    ("tensor_scalar_cumulative", V, "trn1", lambda: cum(T(4, 8), T(4, 8), nl.add, nl.divide, 0.0),
+     OperandError, "op1 nl.divide is not supported"),
+    ("tensor_scalar_cumulative", V, "trn1", lambda: cum(T(4, 8), T(4, 8), nl.left_shift, nl.add, 0.0),
+     OperandError, "op0 bitvec operator"),
+    ("tensor_scalar_cumulative", V, "trn1", lambda: cum(T(4, 8), T(4, 8), nl.add, nl.add, T(4, 1, dtype=nl.bfloat16)),
+     DtypeError, "imm0 dtype bfloat16 must be float32"),
+    ("tensor_scalar_cumulative", V, "trn1",
+     lambda: cum(T(4, 8), T(4, 8), nl.add, nl.add, 0.0, T(4, 1, dtype=nl.float16), RC.load_reduce),
+     DtypeError, "imm1 dtype float16 must be float32"),
+    ("tensor_scalar_cumulative", V, "trn1",
+     lambda: cum(T(4, 8), T(4, 8), nl.add, nl.add, 0.0, reduce_cmd=RC.load_reduce),
+     OperandError, "imm1 is required with reduce_cmd=load_reduce"),
+    ("tensor_scalar_cumulative", V, "trn1", lambda: cum(T(4, 8), T(4, 8), nl.add, nl.add, 0.0, reduce_cmd=RC.idle),
+     OperandError, "reduce_cmd idle is not supported"),
+    ("tensor_scalar_cumulative", V, "trn1", lambda: cum(T(4, 9), T(4, 8), nl.add, nl.add, 0.0),
+     ShapeError, "dst has 9 elements"),
+    ("tensor_scalar_reduce", V, "trn1", lambda: tsr(T(4, 8), T(4, 8), nl.add, 1.0, nl.add, T(4, 2)),
+     ShapeError, r"reduce_res shape \[4, 2\] must be \(4, 1\)"),
+    ("tensor_scalar_reduce", V, "trn1", lambda: tsr(T(4, 8), T(4, 8), nl.add, 1.0, nl.divide, T(4, 1)),
+     OperandError, "reduce_op nl.divide is not supported"),
+    ("tensor_scalar_reduce", V, "trn1", lambda: tsr(T(4, 8), T(4, 8), nl.bitwise_or, 1, nl.add, T(4, 1)),
+     OperandError, "op0 bitvec operator"),
+    ("tensor_scalar_reduce", V, "trn1", lambda: tsr(T(4, 8), T(4, 8), nl.subtract, 1.0, nl.add, T(4, 1), True),
+     OperandError, "reverse0 is not supported yet"),
+    ("tensor_scalar_reduce", V, "trn1", lambda: tsr(T(4, 8), T(4, 8), nl.add, T(4, 2), nl.add, T(4, 1)),
+     ShapeError, r"operand0 shape \[4, 2\]"),
+    ("tensor_scalar_reduce", V, "trn1", lambda: tsr(T(4, 7), T(4, 8), nl.add, 1.0, nl.add, T(4, 1)),
+     ShapeError, "dst has 7 elements"),
+    ("scalar_tensor_tensor", V, "trn1", lambda: stt(T(4, 8), T(4, 8), nl.add, 1.0, nl.add, T(4, 9)),
+     ShapeError, "operand1 has 9 elements"),
+    ("scalar_tensor_tensor", V, "trn1", lambda: stt(T(4, 8), T(4, 8), nl.add, 1.0, nl.bitwise_xor, T(4, 8)),
+     OperandError, "op1 bitvec operator"),
+    ("scalar_tensor_tensor", V, "trn1", lambda: stt(T(4, 8), T(4, 8), nl.add, T(4, 8), nl.add, T(4, 8)),
+     ShapeError, r"operand0 shape \[4, 8\]"),
+    ("scalar_tensor_tensor", V, "trn1", lambda: stt(T(4, 8), T(4, 8, **PS), nl.add, 1.0, nl.add, T(4, 8, **PS)),
+     MemoryKindError, "data and operand1 must not both be in PSUM"),
+    ("scalar_tensor_tensor", "", "trn1", lambda: stt(T(4, 8), T(4, 8), nl.add, 1.0, nl.add),
+     OperandError, "operand1 is a required argument"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 9), T(4, 8)), ShapeError, "dst has 9 elements"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 2, 2, 1, 2), T(4, 2, 2, 1, 2)),
+     ShapeError, "src has 5 dims; at most 4"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8), T(4, 8, dtype=nl.tfloat32)),
+     DtypeError, "src dtype tfloat32 is not supported"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8, dtype=nl.uint32), T(4, 8)),
+     DtypeError, "dst dtype uint32 is not supported"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8), T(4, 8), T(4, 1, dtype=nl.bfloat16)),
+     DtypeError, "max_value dtype bfloat16 must be float32"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8), T(4, 8), T(4, 3)), ShapeError, r"max_value shape \[4, 3\]"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8), T(4, 8), reduce_res=T(4, 1, dtype=nl.int32)),
+     DtypeError, "reduce_res dtype int32 is not supported"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8), T(4, 8), reduce_res=T(4, 2)),
+     ShapeError, r"reduce_res shape \[4, 2\]"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8), T(4, 8), reduce_cmd=RC.reset),
+     OperandError, "reduce_cmd reset is not supported"),
+    ("exponential", V, "trn3", lambda: exp(T(4, 8), T(4, 8), reduce_cmd=RC.reduce, reduce_init=1.0),
+     OperandError, "reduce_init must be unset or 0.0 unless reduce_cmd is load_reduce"),
+    ("reciprocal", V, "trn1", lambda: nisa.reciprocal(T(4, 9), T(4, 8)), ShapeError, "dst has 9 elements"),
+    ("tensor_partition_reduce", G, "trn1", lambda: tpr(T(2, 8), nl.add, T(4, 8)),
+     ShapeError, r"dst shape \[2, 8\] must have partition dim 1"),
+    ("tensor_partition_reduce", G, "trn1", lambda: tpr(T(1, 7), nl.add, T(4, 8)),
+     ShapeError, "dst has 7 elements per partition but data has 8"),
+    ("tensor_partition_reduce", G, "trn1", lambda: tpr(T(1, 8), nl.multiply, T(4, 8)),
+     OperandError, "op nl.multiply is not supported"),
+    ("tensor_partition_reduce", G, "trn1", lambda: tpr(T(1, 8), nl.bitwise_or, T(4, 8)),
+     DtypeError, "data dtype float32 is not an integer type"),
+    ("tensor_partition_reduce", G, "trn1", lambda: tpr(T(1, 8), nl.add, T(4, 8, **PS)),
+     MemoryKindError, "data is in PSUM, which the GpSimd Engine cannot access"),
+    ("activation_reduce", S, "trn1", lambda: act_r(T(4, 8), nl.exp, T(4, 8), nl.maximum, T(4, 1)),
+     TargetError, "reduce_op nl.maximum needs NeuronCore-v3 or newer"),
+    ("activation_reduce", S, "trn2", lambda: act_r(T(4, 8), nl.exp, T(4, 8), nl.multiply, T(4, 1)),
+     OperandError, "reduce_op nl.multiply is not supported"),
+    ("activation_reduce", S, "trn1", lambda: act_r(T(4, 8), nl.exp, T(4, 8), nl.add, T(4, 3)),
+     ShapeError, r"reduce_res shape \[4, 3\]"),
+    ("activation_reduce", S, "trn1", lambda: act_r(T(4, 8), nl.add, T(4, 8), nl.add, T(4, 1)),
+     OperandError, "op nl.add is not an activation function"),
+    ("activation_reduce", S, "trn1", lambda: act_r(T(4, 8), nl.exp, T(4, 8), nl.add, T(4, 1), bias=1.0),
+     TargetError, "bias must be a"),
+    ("activation_reduce", "", "trn1", lambda: act_r(T(4, 8), nl.exp, T(4, 8), nl.add),
+     OperandError, "reduce_res is a required argument"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "engine", "target", "call", "error", "message"),
+    CONSTRAINTS,
+    ids=[f"{row[0]}-{i}" for i, row in enumerate(CONSTRAINTS)],
+)
+def test_documented_constraints_are_checked(name, engine, target, call, error, message):
+    """Each rule names the instruction, its engine and the target, then the operand and the rule."""
+
+    def kernel():
+        call()
+
+    where = rf"\[{engine}, {target}\]" if engine else rf"\[{target}\]"
+    with pytest.raises(error, match=rf"nisa\.{name} {where}: {message}"):
+        profile_of(kernel, target)
+
+
+# -- costs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+@pytest.mark.parametrize("n", [16, 512])
+def test_costs_follow_the_published_formulas(target, n):
+    hw = load_target(target)
+    v, s, g = hw.vector, hw.scalar, hw.gpsimd
+    p = 128
+
+    def each(fn, opcode):
+        return cost_of(_k(fn), opcode, target)
+
+    dur, eng = each(
+        lambda: nisa.tensor_tensor_scan(tile((p, n)), tile((p, n)), tile((p, n)), 0.0, nl.add, nl.add),
+        "tensor_tensor_scan",
+    )
+    assert eng == "Vector" and dur == pytest.approx(max(v.min_ii_cycles, 2 * n) / v.clock_ghz)
+    dur, _ = each(lambda: nisa.reciprocal(tile((p, n)), tile((p, n))), "reciprocal")
+    assert dur == pytest.approx(max(v.min_ii_cycles, 8 * n) / v.clock_ghz)
+    dur, _ = each(
+        lambda: nisa.tensor_scalar_reduce(tile((p, n)), tile((p, n)), nl.add, 1.0, nl.add, tile((p, 1))),
+        "tensor_scalar_reduce",
+    )
+    assert dur == pytest.approx((max(v.min_ii_cycles, n) + v.min_ii_cycles) / v.clock_ghz)
+    dur, _ = each(
+        lambda: nisa.tensor_scalar_cumulative(tile((p, n)), tile((p, n)), nl.add, nl.add, 0.0),
+        "tensor_scalar_cumulative",
+    )
+    assert dur == pytest.approx(max(v.min_ii_cycles, n) / v.clock_ghz)
+    dur, eng = each(
+        lambda: nisa.activation_reduce(tile((p, n)), nl.exp, tile((p, n)), nl.add, tile((p, 1))), "activation_reduce"
+    )
+    assert eng == "Scalar" and dur == pytest.approx((max(s.min_ii_cycles, n) + s.min_ii_cycles) / s.clock_ghz)
+    dur, eng = each(lambda: nisa.tensor_partition_reduce(tile((1, n)), nl.add, tile((p, n))), "tensor_partition_reduce")
+    assert eng == "GpSimd" and dur == pytest.approx((g.startup_cycles + 2 * n) / g.clock_ghz)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "op0", "op1", "n", "cycles_per_element"),
+    [
+        (nl.bfloat16, nl.subtract, nl.multiply, 512, 1),
+        (nl.bfloat16, nl.subtract, nl.multiply, 511, 2),  # N must be even
+        (nl.bfloat16, nl.add, nl.multiply, 512, 2),
+        (nl.float32, nl.subtract, nl.multiply, 512, 2),
+        (nl.bfloat16, nl.subtract, nl.multiply, 16, 1),  # MIN_II
+    ],
+)
+def test_scalar_tensor_tensor_cost(dtype, op0, op1, n, cycles_per_element):
+    """N if data and operand1 are bf16, op0 subtract, op1 multiply and N even; else 2N (at least MIN_II)."""
+    hw = load_target("trn1")
+    dur, _ = cost_of(
+        _k(
+            lambda: nisa.scalar_tensor_tensor(
+                tile((128, n)), tile((128, n), dtype), op0, 1.0, op1, tile((128, n), dtype)
+            )
+        ),
+        "scalar_tensor_tensor",
+    )
+    assert dur == pytest.approx(max(hw.vector.min_ii_cycles, cycles_per_element * n) / hw.vector.clock_ghz)
+
+
+@pytest.mark.parametrize("with_res", [False, True])
+def test_exponential_cost_is_a_quarter_of_an_activation(with_res):
+    hw = load_target("trn3")
+    n = 2048
+    res = {"reduce_res": None}
+
+    def kernel():
+        res["reduce_res"] = tile((128, 1)) if with_res else None
+        nisa.exponential(
+            tile((128, n)), tile((128, n)), reduce_res=res["reduce_res"], reduce_cmd=nisa.reduce_cmd.reset_reduce
+        )
+
+    dur, _ = cost_of(kernel, "exponential", "trn3")
+    cycles = max(hw.vector.min_ii_cycles, n / 4) + (hw.vector.min_ii_cycles if with_res else 0)
+    assert dur == pytest.approx(cycles / hw.vector.clock_ghz)
