@@ -8,30 +8,17 @@ partition once, by a matmul of a ones column with gamma on the Tensor Engine.
 import nkisim.nki as nki
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
-
-
-def _broadcast_rows(vector, parts):
-    """A [parts, D] SBUF tile whose every partition holds ``vector`` [D] (D <= 512)."""
-    width = vector.shape[0]
-    row = nl.ndarray((1, width), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=row, src=vector)
-    ones = nl.ndarray((1, parts), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.memset(dst=ones, value=1.0)
-    spread = nl.ndarray((parts, width), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=spread, stationary=ones, moving=row)
-    tile = nl.ndarray((parts, width), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=tile, src=spread)
-    return tile
+from nkisim.examples.common import broadcast_rows
 
 
 @nki.jit
 def rmsnorm(x, gamma, eps=1e-6):
-    """RMSNorm over the last dim of x [N, D] (N % 128 == 0, D <= 512) with weight gamma [D]."""
+    """RMSNorm over the last dim of x [N, D] (N % 128 == 0) with weight gamma [D]."""
     n_rows, width = x.shape
     parts = nl.tile_size.pmax
     assert n_rows % parts == 0, "rows must tile into 128 partitions"
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    weight = _broadcast_rows(gamma, parts)
+    weight = broadcast_rows(gamma, parts)
     for i in nl.affine_range(n_rows // parts):
         rows = slice(i * parts, (i + 1) * parts)
         tile = nl.ndarray((parts, width), dtype=x.dtype, buffer=nl.sbuf)
