@@ -153,7 +153,7 @@ class Launch:
 
     # -- shared HBM ---------------------------------------------------------------------
 
-    def shared_tensor(self, index: int, pid: int, make: Callable[[], Tensor]) -> Tensor:
+    def shared_tensor(self, index: int, make: Callable[[], Tensor]) -> Tensor:
         """The ``index``-th shared HBM tensor: made by the first program to allocate it."""
         with self._cond:
             if index < len(self._shared):
@@ -201,9 +201,7 @@ class SharedHbmMemory(MemorySystem):
         index = self._shared_count
         self._shared_count += 1
         tensor = self.launch.shared_tensor(
-            index,
-            self.program_id,
-            lambda: super(SharedHbmMemory, self).new_tensor(shape, dtype, buffer, *args, **kwargs),
+            index, lambda: super(SharedHbmMemory, self).new_tensor(shape, dtype, buffer, *args, **kwargs)
         )
         if tensor.shape != tuple(shape) or tensor.dtype != dtype:
             raise ShapeError(

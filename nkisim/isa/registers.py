@@ -160,7 +160,7 @@ def _register_move_validate(ops: RegisterMoveOps, chk: Check) -> None:
 
 
 def _register_move_cost(ops: RegisterMoveOps, hw: HwConfig, engine: Engine) -> Cost:
-    """One register instruction on the sequencer."""
+    """One register instruction on the sequencer (``register_op_cycles``)."""
     return _sequencer_cost(hw, engine, hw.sequencer.register_op_cycles)
 
 
@@ -192,6 +192,7 @@ def _register_load_validate(ops: RegisterLoadOps, chk: Check) -> None:
 
 
 def _register_load_cost(ops: RegisterLoadOps, hw: HwConfig, engine: Engine) -> Cost:
+    """One SBUF access request (``register_sbuf_access_cycles``); from HBM, the fixed DMA latency."""
     return _memory_cost(hw, engine, ops.src)
 
 
@@ -223,6 +224,7 @@ def _register_store_validate(ops: RegisterStoreOps, chk: Check) -> None:
 
 
 def _register_store_cost(ops: RegisterStoreOps, hw: HwConfig, engine: Engine) -> Cost:
+    """One SBUF access request (``register_sbuf_access_cycles``); to HBM, the fixed DMA latency."""
     return _memory_cost(hw, engine, ops.dst)
 
 

@@ -356,7 +356,7 @@ class DynamicTensor(Tensor):
     def array(self) -> np.ndarray:  # type: ignore[override]
         """The view at the current offset; raises :class:`BoundsError` when it leaves the allocation."""
         if self._vector is not None:
-            raise OperandError(f"{self!r} gathers rows by vector_offset; only DMA instructions can use it")
+            raise OperandError(f"{self!r} gathers rows by vector_offset; only nisa.dma_copy can use it")
         value = self._scalar_value()
         offset = self._offset + value * self._stride
         _check_static(self._layout, self._pairs, offset, f"scalar_offset {value} of {self!r}")

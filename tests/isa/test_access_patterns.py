@@ -1,0 +1,502 @@
+"""Tensor.ap: static strided views, dynamic scalar offsets, and DMA gather/scatter by vector_offset.
+
+The reference for every pattern is the docs' definition: flatten the allocation, then
+element ``(i0, i1, ...)`` of the view is ``flat[offset + sum(i_k * step_k)]``; with a
+``vector_offset`` the first index contributes ``idx[i0] * (row length)`` instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import nkisim
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+from nkisim.errors import BoundsError, DtypeError, MemoryKindError, OperandError, ShapeError
+from nkisim.hw import load_target
+
+from .conftest import BF16, FAST, INT8, INT32, UINT8, UINT32, load, run_kernel, seeds, store, targets
+
+
+def ref_addresses(pattern, offset, first_rows=None, row_len=None):
+    """Element addresses of a pattern, per the NKI docs' loop nest."""
+    addr = np.full([num for _, num in pattern], offset, dtype=np.int64)
+    for k, (step, num) in enumerate(pattern):
+        shape = [1] * len(pattern)
+        shape[k] = num
+        index = np.arange(num).reshape(shape)
+        if k == 0 and first_rows is not None:
+            addr = addr + np.asarray(first_rows, dtype=np.int64).reshape(shape) * row_len
+        else:
+            addr = addr + index * step
+    return addr
+
+
+def ref_ap(flat, pattern, offset):
+    return np.asarray(flat).reshape(-1)[ref_addresses(pattern, offset)]
+
+
+# -- strategies -----------------------------------------------------------------------
+
+
+@st.composite
+def hbm_patterns(draw, total):
+    """An in-bounds pattern (1 to 3 pairs, first num at most 32) with its offset, over ``total`` elements."""
+    ndims = draw(st.integers(1, 3))
+    pattern = [[draw(st.integers(-6, 12)), draw(st.integers(1, 32 if k == 0 else 6))] for k in range(ndims)]
+    lo = sum(min(0, s * (n - 1)) for s, n in pattern)
+    hi = sum(max(0, s * (n - 1)) for s, n in pattern)
+    assume(hi - lo < total)
+    offset = draw(st.integers(-lo, total - 1 - hi))
+    return pattern, offset
+
+
+# -- static patterns ------------------------------------------------------------------
+
+
+@FAST
+@given(rows=st.integers(1, 24), cols=st.integers(1, 40), data=st.data(), target=targets, seed=seeds)
+def test_static_hbm_pattern_reads_the_flattened_tensor(rows, cols, data, target, seed):
+    a = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    pattern, offset = data.draw(hbm_patterns(rows * cols))
+    parts = pattern[0][1]
+    free = int(np.prod([n for _, n in pattern[1:]], dtype=np.int64))
+
+    def kernel(x):
+        tile = nl.ndarray((parts, free), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x.ap(pattern, offset=offset))
+        return store(tile)
+
+    got = run_kernel(kernel, [a], target)
+    np.testing.assert_array_equal(got, ref_ap(a, pattern, offset).reshape(parts, free))
+
+
+@FAST
+@given(
+    p=st.integers(1, 128),
+    f=st.integers(1, 48),
+    data=st.data(),
+    target=targets,
+    seed=seeds,
+)
+def test_static_sbuf_pattern_is_a_strided_view_for_reads_and_writes(p, f, data, target, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((p, f)).astype(np.float32)
+    parts = data.draw(st.integers(1, p))
+    first = data.draw(st.integers(0, p - parts))
+    n1 = data.draw(st.integers(1, f))
+    step = data.draw(st.integers(1, max(1, (f - 1) // max(1, n1 - 1)))) if n1 > 1 else 1
+    col = data.draw(st.integers(0, f - 1 - step * (n1 - 1)))
+    pattern = [[f, parts], [step, n1]]
+    offset = first * f + col
+    fill = rng.standard_normal((parts, n1)).astype(np.float32)
+
+    def kernel(x, y):
+        tile = load(x)
+        view = tile.ap(pattern, offset=offset)
+        got = nl.ndarray((parts, n1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=got, src=view)  # read through the pattern
+        nisa.tensor_copy(dst=view, src=load(y))  # then write through it
+        return store(got), store(tile)
+
+    read, written = run_kernel(kernel, [a, fill], target)
+    np.testing.assert_array_equal(read, ref_ap(a, pattern, offset))
+    expected = a.copy().reshape(-1)
+    expected[ref_addresses(pattern, offset)] = fill
+    np.testing.assert_array_equal(written, expected.reshape(p, f))
+
+
+def test_docs_example_reads_the_right_half_of_each_partition():
+    a = np.arange(256, dtype=np.float32).reshape(16, 16)
+
+    def kernel(x):
+        t = load(x)
+        out = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=t.ap(pattern=[[16, 16], [1, 8]], offset=8))
+        return store(out)
+
+    np.testing.assert_array_equal(run_kernel(kernel, [a]), a[:, 8:16])
+
+
+def test_ap_ignores_the_view_it_is_called_on():
+    a = np.arange(8 * 12, dtype=np.float32).reshape(8, 12)
+
+    def kernel(x):
+        t = load(x)
+        out = nl.ndarray((8, 6), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=t[2:4, 1:3].ap([[12, 8], [2, 6]], offset=1))
+        return store(out)
+
+    np.testing.assert_array_equal(run_kernel(kernel, [a]), a[:, 1::2])
+
+
+def test_three_free_dims_and_a_negative_step():
+    a = np.arange(4 * 60, dtype=np.float32).reshape(4, 60)
+    pattern = [[60, 4], [20, 3], [-1, 5], [2, 2]]  # element (w, z, y, x) = 10 + 60w + 20z - y + 2x
+
+    def kernel(x):
+        t = load(x)
+        out = nl.ndarray((4, 3, 5, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=t.ap(pattern, offset=10))
+        return store(out)
+
+    expected = np.array(
+        [[[[10 + 60 * w + 20 * z - y + 2 * x for x in range(2)] for y in range(5)] for z in range(3)] for w in range(4)]
+    )
+    np.testing.assert_array_equal(run_kernel(kernel, [a]), expected.astype(np.float32))
+
+
+@pytest.mark.parametrize("view_dtype", [BF16, np.dtype(np.uint16), INT8, UINT8])
+def test_dtype_reinterprets_the_bytes_with_counts_in_the_new_type(view_dtype):
+    a = np.random.default_rng(3).integers(-(2**31), 2**31 - 1, size=(8, 16), dtype=np.int32)
+    ratio = 4 // view_dtype.itemsize
+
+    def kernel(x):
+        t = load(x)
+        view = t.ap([[16 * ratio, 8], [1, 16 * ratio]], dtype=view_dtype)
+        out = nl.ndarray((8, 16 * ratio), dtype=view_dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=out, src=view)
+        return store(out)
+
+    got = run_kernel(kernel, [a])
+    np.testing.assert_array_equal(got.view(np.uint8), a.view(view_dtype).view(np.uint8))
+
+
+# -- scalar_offset --------------------------------------------------------------------
+
+
+@FAST
+@given(rows=st.integers(2, 40), cols=st.integers(1, 32), data=st.data(), target=targets, seed=seeds)
+def test_scalar_offset_tile_selects_rows_at_run_time(rows, cols, data, target, seed):
+    a = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    n = data.draw(st.integers(1, rows))
+    start = data.draw(st.integers(0, rows - n))
+
+    def kernel(x, s):
+        where = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=s)
+        tile = nl.ndarray((n, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x.ap([[cols, n], [1, cols]], scalar_offset=where, indirect_dim=0))
+        return store(tile)
+
+    got = run_kernel(kernel, [a, np.array([[start]], dtype=np.int32)], target)
+    np.testing.assert_array_equal(got, a[start : start + n])
+
+
+def test_scalar_offset_on_dim_1_moves_by_elements_and_works_on_chip():
+    a = np.arange(6 * 20, dtype=np.float32).reshape(6, 20)
+
+    def kernel(x, s):
+        where = nl.ndarray((1, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=s)
+        hbm_cols = nl.ndarray((6, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=hbm_cols, src=x.ap([[20, 6], [1, 4]], offset=1, scalar_offset=where, indirect_dim=1))
+        t = load(x)
+        sbuf_cols = nl.ndarray((6, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=sbuf_cols, src=t.ap([[20, 6], [1, 4]], offset=1, scalar_offset=where, indirect_dim=1))
+        return store(hbm_cols), store(sbuf_cols)
+
+    from_hbm, from_sbuf = run_kernel(kernel, [a, np.array([[7]], dtype=np.uint32)])
+    np.testing.assert_array_equal(from_hbm, a[:, 8:12])
+    np.testing.assert_array_equal(from_sbuf, a[:, 8:12])
+
+
+def test_scalar_offset_scatter_writes_the_selected_rows():
+    base = np.zeros((10, 8), dtype=np.float32)
+    src = np.arange(16, dtype=np.float32).reshape(2, 8)
+
+    def kernel(out, x, s):
+        where = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=s)
+        nisa.dma_copy(dst=out.ap([[8, 2], [1, 8]], scalar_offset=where, indirect_dim=0), src=load(x))
+        return out
+
+    expected = base.copy()
+    expected[5:7] = src
+    np.testing.assert_array_equal(run_kernel(kernel, [base, src, np.array([[5]], np.int32)]), expected)
+
+
+# -- vector_offset gather and scatter -------------------------------------------------
+
+
+@FAST
+@given(
+    rows=st.integers(1, 64),
+    cols=st.integers(1, 48),
+    parts=st.integers(1, 128),
+    idx_dtype=st.sampled_from([INT32, UINT32]),
+    target=targets,
+    seed=seeds,
+)
+def test_vector_offset_gathers_one_row_per_partition(rows, cols, parts, idx_dtype, target, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((rows, cols)).astype(np.float32)
+    idx = rng.integers(0, rows, size=(parts, 1)).astype(idx_dtype)  # repeats allowed
+
+    def kernel(x, i):
+        index = load(i)
+        dst = nl.ndarray((parts, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=x.ap([[cols, parts], [1, cols]], vector_offset=index, indirect_dim=0))
+        return store(dst)
+
+    got = run_kernel(kernel, [a, idx], target)
+    np.testing.assert_array_equal(got, a[idx[:, 0].astype(np.int64)])
+
+
+def test_vector_offset_gather_with_an_inner_pattern_and_offset():
+    a = np.arange(12 * 10, dtype=np.float32).reshape(12, 10)
+    idx = np.array([[3], [0], [11], [3]], dtype=np.int32)
+
+    def kernel(x, i):
+        dst = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf)
+        # the first step is ignored: the row stride is the tensor's row length (10)
+        nisa.dma_copy(dst=dst, src=x.ap([[999, 4], [2, 4]], offset=1, vector_offset=load(i), indirect_dim=0))
+        return store(dst)
+
+    addresses = ref_addresses([[999, 4], [2, 4]], 1, first_rows=idx[:, 0], row_len=10)
+    np.testing.assert_array_equal(run_kernel(kernel, [a, idx]), a.reshape(-1)[addresses])
+
+
+@FAST
+@given(rows=st.integers(1, 40), cols=st.integers(1, 16), parts=st.integers(1, 64), target=targets, seed=seeds)
+def test_vector_offset_scatter_writes_rows_in_partition_order(rows, cols, parts, target, seed):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((rows, cols)).astype(np.float32)
+    src = rng.standard_normal((parts, cols)).astype(np.float32)
+    idx = rng.integers(0, rows, size=(parts, 1)).astype(np.uint32)
+
+    def kernel(out, x, i):
+        nisa.dma_copy(dst=out.ap([[cols, parts], [1, cols]], vector_offset=load(i), indirect_dim=0), src=load(x))
+        return out
+
+    expected = base.copy()
+    for p in range(parts):  # a repeated index keeps the last partition's row
+        expected[idx[p, 0]] = src[p]
+    np.testing.assert_array_equal(run_kernel(kernel, [base, src, idx], target), expected)
+
+
+def test_scatter_add_accumulates_repeated_indices_in_float32_in_order():
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((6, 5)).astype(np.float32)
+    src = rng.standard_normal((9, 5)).astype(np.float32)
+    idx = np.array([[1], [4], [1], [1], [0], [4], [5], [1], [2]], dtype=np.int32)
+
+    def kernel(out, x, i):
+        nisa.dma_copy(
+            dst=out.ap([[5, 9], [1, 5]], vector_offset=load(i), indirect_dim=0), src=load(x), dst_rmw_op=nl.add
+        )
+        return out
+
+    expected = base.copy()
+    for p in range(9):
+        expected[idx[p, 0]] = np.float32(expected[idx[p, 0]] + src[p])
+    np.testing.assert_array_equal(run_kernel(kernel, [base, src, idx]), expected)
+
+
+def test_gather_casts_through_float32_like_any_dma():
+    a = np.arange(40, dtype=np.float32).reshape(8, 5) / 3
+    idx = np.array([[7], [2]], dtype=np.int32)
+
+    def kernel(x, i):
+        dst = nl.ndarray((2, 5), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=x.ap([[5, 2], [1, 5]], vector_offset=load(i), indirect_dim=0))
+        return store(dst)
+
+    np.testing.assert_array_equal(run_kernel(kernel, [a, idx]), a[[7, 2]].astype(BF16))
+
+
+# -- out of bounds --------------------------------------------------------------------
+
+
+def gather_kernel(rows_out, cols, mode):
+    def kernel(x, i):
+        dst = nl.ndarray((rows_out, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=dst, value=-1.0)
+        nisa.dma_copy(
+            dst=dst, src=x.ap([[cols, rows_out], [1, cols]], vector_offset=load(i), indirect_dim=0), oob_mode=mode
+        )
+        return store(dst)
+
+    return kernel
+
+
+def test_out_of_bounds_index_raises_with_oob_mode_error():
+    a = np.zeros((4, 3), dtype=np.float32)
+    idx = np.array([[0], [4]], dtype=np.int32)
+    with pytest.raises(BoundsError, match=r"src .*row 1 \(index 4\) is out of bounds"):
+        run_kernel(gather_kernel(2, 3, nisa.oob_mode.error), [a, idx])
+
+
+@FAST
+@given(rows=st.integers(1, 12), parts=st.integers(1, 32), seed=seeds, target=targets)
+def test_out_of_bounds_rows_are_skipped_with_oob_mode_skip(rows, parts, seed, target):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((rows, 3)).astype(np.float32)
+    idx = rng.integers(-3, rows + 3, size=(parts, 1)).astype(np.int32)
+    got = run_kernel(gather_kernel(parts, 3, nisa.oob_mode.skip), [a, idx], target)
+    expected = np.full((parts, 3), -1.0, dtype=np.float32)
+    ok = (idx[:, 0] >= 0) & (idx[:, 0] < rows)
+    expected[ok] = a[idx[ok, 0]]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_scatter_skips_out_of_bounds_rows_and_keeps_the_destination():
+    base = np.arange(12, dtype=np.float32).reshape(4, 3)
+    src = -np.ones((3, 3), dtype=np.float32)
+    idx = np.array([[2], [9], [0]], dtype=np.uint32)
+
+    def kernel(out, x, i):
+        nisa.dma_copy(
+            dst=out.ap([[3, 3], [1, 3]], vector_offset=load(i), indirect_dim=0),
+            src=load(x),
+            oob_mode=nisa.oob_mode.skip,
+        )
+        return out
+
+    expected = base.copy()
+    expected[[2, 0]] = -1.0
+    np.testing.assert_array_equal(run_kernel(kernel, [base, src, idx]), expected)
+
+
+def test_scalar_offset_out_of_bounds_raises_or_skips():
+    a = np.arange(20, dtype=np.float32).reshape(5, 4)
+
+    def kernel(x, s, mode):
+        where = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=s)
+        dst = nl.zeros((2, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=x.ap([[4, 2], [1, 4]], scalar_offset=where, indirect_dim=0), oob_mode=mode)
+        return store(dst)
+
+    with pytest.raises(BoundsError, match="scalar_offset 4"):
+        run_kernel(kernel, [a, np.array([[4]], np.int32), nisa.oob_mode.error])
+    got = run_kernel(kernel, [a, np.array([[4]], np.int32), nisa.oob_mode.skip])
+    np.testing.assert_array_equal(got, np.stack([a[4], np.zeros(4, np.float32)]))  # row 5 does not exist
+
+
+def test_scalar_offset_on_chip_out_of_bounds_raises_in_a_compute_instruction():
+    def kernel(s):
+        where = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=s)
+        t = nl.zeros((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        out = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=t.ap([[8, 4], [1, 4]], scalar_offset=where, indirect_dim=1))
+
+    run_kernel(kernel, [np.array([[4]], np.int32)])
+    with pytest.raises(BoundsError, match="scalar_offset 5"):
+        run_kernel(kernel, [np.array([[5]], np.int32)])
+
+
+# -- timing and dependencies ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_gather_waits_for_its_index_tile_and_a_later_index_write_waits_for_it(target):
+    hw = load_target(target)
+
+    def kernel(x):
+        idx = nl.ndarray((8, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(idx, [[1, 1]], 0, 1)
+        dst = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=x.ap([[16, 8], [1, 16]], vector_offset=idx, indirect_dim=0))
+        nisa.iota(idx, [[1, 1]], 0, 2)
+
+    iota1, gather, iota2 = nkisim.run(kernel, [np.zeros((8, 16), np.float32)], target=target).profile.instructions
+    assert gather.producer == iota1.index
+    assert gather.start_ns == pytest.approx(iota1.end_ns + hw.sync.semaphore_latency_ns)
+    assert iota2.producer == gather.index  # write-after-read on the index tile
+    assert iota2.start_ns == pytest.approx(gather.end_ns + hw.sync.semaphore_latency_ns)
+    nbytes = 8 * 16 * 4
+    assert gather.end_ns - gather.start_ns == pytest.approx(hw.dma.fixed_latency_ns + nbytes / hw.dma.bytes_per_ns)
+
+
+def test_a_dynamic_view_depends_on_the_whole_allocation():
+    def kernel(x):
+        where = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        t = nl.ndarray((4, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t[:, 48:64], src=x)  # writes only the last quarter
+        out = nl.ndarray((4, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=t.ap([[64, 4], [1, 16]], scalar_offset=where, indirect_dim=1))
+
+    prof = nkisim.run(kernel, [np.zeros((4, 16), np.float32)]).profile
+    _, load_, copy = prof.instructions
+    assert copy.start_ns >= load_.end_ns  # offset 0 reads columns 0:16, but the view may read any of them
+
+
+# -- rules ----------------------------------------------------------------------------
+
+
+def run_ap(make):
+    """Run a kernel that builds one view from an SBUF tile ``t`` (4 x 8 fp32) and an HBM input ``x`` (6 x 8)."""
+
+    def kernel(x):
+        t = nl.zeros((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        idx = nl.zeros((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        make(t, x, idx)
+
+    return run_kernel(kernel, [np.zeros((6, 8), np.float32)])
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda t, x, i: t.ap([[8, 4]]), OperandError, "partition_step, partitions"),
+        (lambda t, x, i: t.ap([[8, 4], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]]), OperandError, "got 6 pairs"),
+        (lambda t, x, i: t.ap([[8, 4], [1, 0]]), OperandError, "num below 1"),
+        (lambda t, x, i: t.ap([[8, 4], [1.0, 8]]), OperandError, r"\[step, num\] integer pairs"),
+        (lambda t, x, i: t.ap([8, 4]), OperandError, r"\[step, num\] integer pairs"),
+        (lambda t, x, i: t.ap([[16, 2], [1, 8]]), OperandError, "partition step 16 must be 8"),
+        (lambda t, x, i: t.ap([[8, 4], [1, 8]], offset=8), BoundsError, "partitions"),
+        (lambda t, x, i: t.ap([[8, 4], [1, 8]], offset=1), BoundsError, "stays inside each partition"),
+        (lambda t, x, i: t.ap([[8, 4], [-1, 2]]), BoundsError, "outside"),
+        (lambda t, x, i: x.ap([[8, 6], [1, 9]]), BoundsError, "outside the 48"),
+        (lambda t, x, i: x.ap([[8, 6], [1, 8]], offset=0.5), OperandError, "offset 0.5 must be an integer"),
+        (lambda t, x, i: t.ap([[8, 4], [1, 8]], dtype="float64"), DtypeError, "float64"),
+        (lambda t, x, i: x.ap([[8, 4], [1, 8]], scalar_offset=i[0:1, 0:1], vector_offset=i), OperandError, "at most"),
+        (lambda t, x, i: x.ap([[8, 4], [1, 8]], vector_offset=t[:, 0:1]), DtypeError, "int32 or uint32"),
+        (lambda t, x, i: x.ap([[8, 4], [1, 8]], vector_offset=i[0:2]), ShapeError, "has 2 indices"),
+        (lambda t, x, i: x.ap([[8, 4], [1, 8]], vector_offset=i, indirect_dim=1), OperandError, "indirect_dim=0"),
+        (lambda t, x, i: t.ap([[8, 4], [1, 8]], vector_offset=i), MemoryKindError, "indexes an HBM tensor"),
+        (lambda t, x, i: x.ap([[8, 4], [1, 8]], vector_offset=x), MemoryKindError, "must be in SBUF"),
+        (lambda t, x, i: x.ap([[8, 1], [1, 8]], scalar_offset=x[0:1, 0:1]), MemoryKindError, "must be in SBUF"),
+        (lambda t, x, i: x.ap([[8, 1], [1, 8]], scalar_offset=t[0:1, 0:1]), DtypeError, "integer type"),
+        (lambda t, x, i: x.ap([[8, 1], [1, 8]], scalar_offset=i[0:2, 0:1]), ShapeError, r"\(1, 1\)"),
+        (lambda t, x, i: x.ap([[8, 1], [1, 8]], scalar_offset=3), OperandError, "or a register"),
+        (lambda t, x, i: x.ap([[8, 1], [1, 8]], scalar_offset=i[0:1, 0:1], indirect_dim=2), OperandError, "not a dim"),
+        (lambda t, x, i: t.ap([[8, 1], [1, 8]], scalar_offset=i[0:1, 0:1]), OperandError, "partition dim"),
+        (lambda t, x, i: t.ap([[8, 4], [1, 8]], scalar_offset=i[0:1, 0:1], indirect_dim=1)[0], OperandError, "index"),
+        (
+            lambda t, x, i: nl.ndarray((2, 3), nl.int8).ap([[1, 2], [1, 1]], dtype=nl.int16),
+            OperandError,
+            "whole number",
+        ),
+    ],
+)
+def test_malformed_patterns_and_offsets_are_rejected(make, error, match):
+    with pytest.raises(error, match=match):
+        run_ap(make)
+
+
+def test_vector_offset_views_are_dma_copy_only():
+    def kernel(x):
+        idx = nl.zeros((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        out = nl.ndarray((8, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=out, src=x.ap([[8, 4], [1, 8]], vector_offset=idx))
+
+    with pytest.raises(OperandError, match=r"only nisa\.dma_copy"):
+        run_kernel(kernel, [np.zeros((6, 8), np.float32)])
+
+
+def test_static_pattern_view_keeps_its_element_type_and_shape():
+    def kernel(x):
+        t = nl.ndarray((4, 8), dtype=nl.int32, buffer=nl.sbuf)
+        v = t.ap([[8, 4], [2, 2], [1, 2]], offset=3)
+        assert (v.shape, v.dtype, v.buffer) == ((4, 2, 2), np.dtype(np.int32), nl.sbuf)
+        assert not v.is_dynamic
+        w = x.ap([[8, 2], [1, 8]], scalar_offset=nl.zeros((1, 1), nl.int32), indirect_dim=0)
+        assert (w.shape, w.size, w.partitions, w.free_size, w.is_dynamic) == ((2, 8), 16, 2, 8, True)
+
+    run_kernel(kernel, [np.zeros((6, 8), np.float32)])
