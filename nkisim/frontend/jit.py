@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from nkisim.errors import KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
@@ -219,8 +220,28 @@ def _simulate(
     hw = _target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)
     programs = kernel.grid[0] if kernel.grid else 1
-    if programs > 1:
-        return _simulate_lnc(kernel, hw, args, kwargs, programs, compute)
+    with single_threaded_blas():
+        if programs > 1:
+            return _simulate_lnc(kernel, hw, args, kwargs, programs, compute)
+        return _simulate_one(kernel, hw, args, kwargs, compute)
+
+
+@functools.cache
+def _blas_controller() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """One BLAS thread while a kernel runs: its matmuls are tile-sized, and multi-threaded
+    BLAS spin-waits, which slows tiny products a hundredfold when other processes use the cores."""
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        yield
+
+
+def _simulate_one(
+    kernel: Kernel, hw: HwConfig, args: tuple[Any, ...], kwargs: dict[str, Any], compute: bool
+) -> tuple[list[KernelContext], Any]:
     ctx = KernelContext(hw, compute=compute, grid=kernel.grid)
     ctx.kernel_name = kernel.func.__qualname__
     bound = _bind(kernel, args, kwargs)
