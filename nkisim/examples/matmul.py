@@ -104,39 +104,41 @@ def matmul_hoisted(lhsT, rhs):
 
 
 @nki.jit
-def matmul_blocked(lhsT, rhs, blocks_n=2):
-    """Blocks of ``blocks_n`` result columns share their rhs loads across all row blocks."""
+def matmul_blocked(lhsT, rhs, blocks_m=2, blocks_n=2):
+    """Blocks of result tiles share their loads: each lhsT tile serves ``blocks_n`` column tiles
+    and each rhs tile ``blocks_m`` row tiles."""
     k_size, m_size = lhsT.shape
     _, n_size = rhs.shape
     tile_m, tile_k, tile_n = _tile_sizes()
     k_tiles = k_size // tile_k
-    block_n = tile_n * blocks_n
-    assert n_size % block_n == 0, "N must be a multiple of the column block"
+    block_m, block_n = tile_m * blocks_m, tile_n * blocks_n
+    assert m_size % block_m == 0 and n_size % block_n == 0, "M and N must be multiples of the blocks"
     result = nl.ndarray((m_size, n_size), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    for nb in nl.affine_range(n_size // block_n):
-        moving = [
-            _load_tiles(rhs, k_tiles, tile_k, slice(nb * block_n + j * tile_n, nb * block_n + (j + 1) * tile_n))
-            for j in range(blocks_n)
-        ]
-        for m in nl.affine_range(m_size // tile_m):
-            rows = slice(m * tile_m, (m + 1) * tile_m)
-            stationary = _load_tiles(lhsT, k_tiles, tile_k, rows)
-            for j in nl.affine_range(blocks_n):
-                cols = slice(nb * block_n + j * tile_n, nb * block_n + (j + 1) * tile_n)
-                acc = nl.ndarray((tile_m, tile_n), dtype=nl.float32, buffer=nl.psum)
-                for k in nl.affine_range(k_tiles):
-                    nisa.nc_matmul(dst=acc, stationary=stationary[k], moving=moving[j][k])
-                _store_block(result, acc, rows, cols)
+    for mb in nl.affine_range(m_size // block_m):
+        row_tiles = [slice(mb * block_m + i * tile_m, mb * block_m + (i + 1) * tile_m) for i in range(blocks_m)]
+        stationary = [_load_tiles(lhsT, k_tiles, tile_k, rows) for rows in row_tiles]
+        for nb in nl.affine_range(n_size // block_n):
+            col_tiles = [slice(nb * block_n + j * tile_n, nb * block_n + (j + 1) * tile_n) for j in range(blocks_n)]
+            moving = [_load_tiles(rhs, k_tiles, tile_k, cols) for cols in col_tiles]
+            for i in nl.affine_range(blocks_m):
+                for j in nl.affine_range(blocks_n):
+                    acc = nl.ndarray((tile_m, tile_n), dtype=nl.float32, buffer=nl.psum)
+                    for k in nl.affine_range(k_tiles):
+                        nisa.nc_matmul(dst=acc, stationary=stationary[i][k], moving=moving[j][k])
+                    _store_block(result, acc, row_tiles[i], col_tiles[j])
+            del moving  # free these tiles before the next block's are loaded
+        del stationary
     return result
 
 
 @nki.jit
-def matmul_optimized(lhsT, rhs, blocks_m=4, blocks_n=2, blocks_k=8):
-    """Blocks of M, N and K: each loaded tile feeds several matmuls; partial sums stay in SBUF.
+def matmul_optimized(lhsT, rhs, blocks_m=16, blocks_n=2, blocks_k=8):
+    """Blocks of M, N and K: each loaded tile feeds many matmuls; partial sums stay in SBUF.
 
     For each K block, the [blocks_k x 128, blocks_m x 128] slab of lhsT and the
-    [blocks_k x 128, blocks_n x 512] slab of rhs are loaded once, multiplied into
-    PSUM and added to a float32 SBUF accumulator for the whole result block.
+    [blocks_k x 128, blocks_n x 512] slab of rhs are loaded once, 128 rows per DMA
+    (4 KiB and 2 KiB per partition in bf16, large enough for full DMA efficiency),
+    multiplied into PSUM and added to float32 SBUF accumulators for the result block.
     """
     k_size, m_size = lhsT.shape
     _, n_size = rhs.shape
@@ -145,30 +147,25 @@ def matmul_optimized(lhsT, rhs, blocks_m=4, blocks_n=2, blocks_k=8):
     assert m_size % block_m == 0 and n_size % block_n == 0 and k_size % block_k == 0, "shape must tile into blocks"
     result = nl.ndarray((m_size, n_size), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     for mb in nl.affine_range(m_size // block_m):
+        m_cols = slice(mb * block_m, (mb + 1) * block_m)
         for nb in nl.affine_range(n_size // block_n):
+            n_cols = slice(nb * block_n, (nb + 1) * block_n)
             partial = [
                 [nl.zeros((tile_m, tile_n), dtype=nl.float32, buffer=nl.sbuf) for _ in range(blocks_n)]
                 for _ in range(blocks_m)
             ]
             for kb in nl.sequential_range(k_size // block_k):
-                k0 = kb * block_k
-                stationary = [
-                    _load_tiles(
-                        lhsT, blocks_k, tile_k, slice(mb * block_m + i * tile_m, mb * block_m + (i + 1) * tile_m), k0
-                    )
-                    for i in range(blocks_m)
-                ]
-                moving = [
-                    _load_tiles(
-                        rhs, blocks_k, tile_k, slice(nb * block_n + j * tile_n, nb * block_n + (j + 1) * tile_n), k0
-                    )
-                    for j in range(blocks_n)
-                ]
+                stationary = _load_tiles(lhsT, blocks_k, tile_k, m_cols, kb * block_k)
+                moving = _load_tiles(rhs, blocks_k, tile_k, n_cols, kb * block_k)
                 for i in nl.affine_range(blocks_m):
                     for j in nl.affine_range(blocks_n):
                         acc = nl.ndarray((tile_m, tile_n), dtype=nl.float32, buffer=nl.psum)
                         for k in nl.affine_range(blocks_k):
-                            nisa.nc_matmul(dst=acc, stationary=stationary[i][k], moving=moving[j][k])
+                            nisa.nc_matmul(
+                                dst=acc,
+                                stationary=stationary[k][:, i * tile_m : (i + 1) * tile_m],
+                                moving=moving[k][:, j * tile_n : (j + 1) * tile_n],
+                            )
                         nisa.tensor_tensor(dst=partial[i][j], data1=partial[i][j], data2=acc, op=nl.add)
             for i in nl.affine_range(blocks_m):
                 for j in nl.affine_range(blocks_n):

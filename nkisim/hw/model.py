@@ -8,6 +8,8 @@ comment of the TOML file.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import os
 import tomllib
 from importlib import resources
@@ -32,6 +34,9 @@ class OnChipMemoryConfig(_Frozen):
     bytes_per_partition: int = Field(gt=0)
     alignment_bytes: int = Field(gt=0)
     banks: int = Field(default=1, gt=0)
+    #: An engine stream whose innermost stride exceeds this many bytes runs at half bandwidth.
+    wide_stride_bytes: int = Field(default=16, gt=0)
+    wide_stride_slowdown: float = Field(default=1.0, ge=1)
 
     @property
     def bank_bytes(self) -> int:
@@ -75,6 +80,14 @@ class EngineConfig(_Frozen):
     exponential_cycles_per_element: float = Field(default=1.0, gt=0)
     #: GpSimd: tensor_partition_reduce cycles per element per partition, after the startup.
     partition_reduce_cycles_per_element: float = Field(default=1.0, gt=0)
+    #: Cycles from an instruction's last write until its result can be read (SBUF/PSUM access overhead).
+    access_latency_cycles: int = Field(default=0, ge=0)
+    #: Static overhead before an instruction that reads the result of the one just before it on this engine.
+    dependent_overhead_cycles: int = Field(default=0, ge=0)
+    #: Scalar: loading another activation function's table.
+    table_switch_cycles: int = Field(default=0, ge=0)
+    #: Fastest performance mode (elements per lane per cycle) for 16-bit SBUF-to-SBUF streams; 1 = none.
+    perf_mode_max: int = Field(default=1, ge=1)
 
 
 class TensorEngineConfig(_Frozen):
@@ -86,6 +99,8 @@ class TensorEngineConfig(_Frozen):
     moving_fmax: int = Field(gt=0)
     matmul_min_ii_cycles: int = Field(ge=0)
     fp32_cycle_factor: int = Field(gt=0)
+    #: Fast LoadStationary: PE cycles per stationary column (a 128-wide load takes ~32 cycles).
+    load_stationary_cycles_per_column: float = Field(default=0.25, ge=0)
 
 
 class DmaConfig(_Frozen):
@@ -100,11 +115,35 @@ class DmaConfig(_Frozen):
     transpose_sbuf_efficiency: float = Field(gt=0, le=1)
     #: DMA compute (``dma_compute``, ``dma_copy`` with ``dst_rmw_op``) throughput as a fraction of a copy's.
     compute_efficiency: float = Field(gt=0, le=1)
+    #: (contiguous bytes per packet, fraction of the nominal rate achieved) points, ascending;
+    #: interpolated in log2(bytes) and flat beyond the ends (calibrated; see docs/timing.md).
+    payload_efficiency: tuple[tuple[int, float], ...] = ((1, 1.0),)
+    #: Partitions each DMA engine serves; a transfer over fewer partitions uses fewer engines.
+    partitions_per_engine: int = Field(default=8, gt=0)
 
     @property
     def bytes_per_ns(self) -> float:
         """Aggregate bandwidth when a transfer is spread over every engine."""
         return self.engines * self.bytes_per_ns_per_engine
+
+    def efficiency(self, run_bytes: float) -> float:
+        """The achieved fraction of the nominal rate for packets of ``run_bytes`` contiguous bytes."""
+        points = self.payload_efficiency
+        if run_bytes <= points[0][0]:
+            return points[0][1]
+        for (lo, lo_eff), (hi, hi_eff) in itertools.pairwise(points):
+            if run_bytes <= hi:
+                t = (math.log2(run_bytes) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+                return lo_eff + t * (hi_eff - lo_eff)
+        return points[-1][1]
+
+
+class PortConfig(_Frozen):
+    """A memory port that some engines cannot use at the same time (NeuronCore-v2)."""
+
+    name: str
+    engines: tuple[str, ...]
+    memory: str
 
 
 class SyncConfig(_Frozen):
@@ -148,6 +187,7 @@ class HwConfig(_Frozen):
     scalar: EngineConfig
     gpsimd: EngineConfig
     sync_engine: EngineConfig
+    ports: tuple[PortConfig, ...] = ()
     sequencer: SequencerConfig
 
     @model_validator(mode="after")

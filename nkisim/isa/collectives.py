@@ -79,7 +79,7 @@ def _core_barrier_validate(ops: CoreBarrierOps, chk: Check) -> None:
 
 
 def _core_barrier_cost(ops: CoreBarrierOps, hw: HwConfig, engine: Engine) -> Cost:
-    """A remote semaphore update once both cores have arrived."""
+    """``remote_semaphore_latency_ns`` (500 ns) once both cores have arrived: a remote semaphore update (estimate)."""
     return Cost(busy_ns=hw.sync.remote_semaphore_latency_ns)
 
 
@@ -90,6 +90,7 @@ def _core_barrier_cost(ops: CoreBarrierOps, hw: HwConfig, engine: Engine) -> Cos
     cost=_core_barrier_cost,
     validate=_core_barrier_validate,
     min_nc_version=3,
+    dtypes="data: any (a shared-HBM tensor, used only for dependencies)",
 )
 def core_barrier(ops: CoreBarrierOps, state: EngineState) -> None:
     """Both cores wait here until both have arrived; nothing is computed."""
@@ -146,7 +147,7 @@ def _sendrecv_validate(ops: SendRecvOps, chk: Check) -> None:
 
 
 def _sendrecv_cost(ops: SendRecvOps, hw: HwConfig, engine: Engine) -> Cost:
-    """The fixed DMA latency, then ``src`` bytes at the core's DMA bandwidth."""
+    """``DMA_LAT + src bytes / DMA_BW`` ns once both cores have arrived (estimate)."""
     nbytes = ops.src.size * ops.src.itemsize
     return Cost(busy_ns=nbytes / hw.dma.bytes_per_ns, latency_ns=hw.dma.fixed_latency_ns, bytes=nbytes)
 
@@ -158,6 +159,7 @@ def _sendrecv_cost(ops: SendRecvOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_sendrecv_cost,
     validate=_sendrecv_validate,
     min_nc_version=3,
+    dtypes="any; dst = src dtype",
 )
 def sendrecv(ops: SendRecvOps, state: EngineState) -> None:
     """``dst`` (this core) receives the other core's ``src``; it sends its own ``src`` to the other's ``dst``."""

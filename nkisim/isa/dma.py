@@ -51,14 +51,62 @@ def check_element_counts(chk: Check, a_name: str, a: Tensor, b_name: str, b: Ten
         )
 
 
-def dma_cost(hw: HwConfig, nbytes: int, efficiency: float = 1.0, paced_bytes: float | None = None) -> Cost:
-    """The fixed trigger latency, then ``paced_bytes`` (default ``nbytes``) at ``efficiency`` x the DMA bandwidth."""
+def dma_cost(
+    hw: HwConfig,
+    nbytes: int,
+    efficiency: float = 1.0,
+    paced_bytes: float | None = None,
+    views: tuple[Tensor, ...] = (),
+) -> Cost:
+    """The fixed trigger latency, then ``paced_bytes`` (default ``nbytes``) spread over the DMA engines.
+
+    The transfer uses the engines that serve the partitions of its on-chip side
+    (all 16 for HBM-to-HBM), each at the achieved share of its nominal rate,
+    capped by HBM bandwidth when HBM is involved, and times ``efficiency``. Each
+    contiguous run of the transfer is a packet; the payload-efficiency curve gives the
+    share of the rate that packets of that size achieve (small ones are overhead-bound).
+    """
+    dma = hw.dma
     paced = nbytes if paced_bytes is None else paced_bytes
+    views = tuple(v for v in views if not v.is_dynamic)  # run-time addresses: no static layout to cost
+    first, count = _engines_used(hw, views)
+    rate = count * dma.bytes_per_ns_per_engine
+    if any(v.buffer.is_hbm for v in views):
+        rate = min(rate, hw.hbm.bandwidth_bytes_per_ns)
+    run = min((contiguous_run_bytes(v) for v in views), default=0)
+    achieved = dma.efficiency(run) if run else 1.0
     return Cost(
-        busy_ns=paced / (hw.dma.bytes_per_ns * efficiency),
-        latency_ns=hw.dma.fixed_latency_ns,
+        busy_ns=paced / (rate * achieved * efficiency),
+        latency_ns=dma.fixed_latency_ns,
         bytes=nbytes,
+        dma_engines=(first, count),
     )
+
+
+def _engines_used(hw: HwConfig, views: tuple[Tensor, ...]) -> tuple[int, int]:
+    """(first, count) of the DMA engines serving the partitions of the transfer's on-chip side."""
+    on_chip = [v.region for v in views if v.buffer.is_on_chip]
+    if not on_chip:
+        return 0, hw.dma.engines
+    per = hw.dma.partitions_per_engine
+    first = min(r.r0 for r in on_chip) // per
+    last = -(-max(r.r1 for r in on_chip) // per)
+    return first, max(1, min(hw.dma.engines, last - first))
+
+
+def contiguous_run_bytes(t: Tensor) -> int:
+    """Bytes of the longest stretch of ``t`` that is contiguous in memory (one DMA packet)."""
+    array = t.array
+    run = array.itemsize
+    for extent, stride in zip(reversed(array.shape), reversed(array.strides)):
+        if extent == 1:
+            continue
+        if stride != run:
+            break
+        run *= extent
+    if t.buffer.is_on_chip:  # a packet never crosses partitions
+        run = min(run, max(1, t.free_size) * array.itemsize)
+    return run
 
 
 def dma_compute_cost(hw: HwConfig, src_bytes: list[int], dst_bytes: int) -> Cost:
@@ -104,13 +152,20 @@ def _dma_copy_validate(ops: DmaCopyOps, chk: Check) -> None:
 
 
 def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(src bytes, dst bytes)`` at the DMA rate; with ``dst_rmw_op``, DMA compute over ``[dst, src]``."""
+    """``DMA_LAT + max(src, dst bytes) / (DMA_BW x payload_efficiency(run))`` ns over the engines used (estimate)."""
     if ops.dst_rmw_op is not None:
         return dma_compute_cost(hw, [nbytes(ops.dst), nbytes(ops.src)], nbytes(ops.dst))
-    return dma_cost(hw, max(nbytes(ops.src), nbytes(ops.dst)))
+    return dma_cost(hw, max(nbytes(ops.src), nbytes(ops.dst)), views=(ops.src, ops.dst))
 
 
-@instruction("dma_copy", DmaCopyOps, engines=(Engine.dma,), cost=_dma_copy_cost, validate=_dma_copy_validate)
+@instruction(
+    "dma_copy",
+    DmaCopyOps,
+    engines=(Engine.dma,),
+    cost=_dma_copy_cost,
+    validate=_dma_copy_validate,
+    dtypes="any; cast src -> fp32 -> dst if they differ (dst_rmw_op: fp32 math)",
+)
 def dma_copy(ops: DmaCopyOps, state: EngineState) -> None:
     """Copy ``src`` to ``dst`` element by element in row-major order (shapes may differ).
 
@@ -189,7 +244,7 @@ def _check_hwdge_transpose(ops: DmaTransposeOps, chk: Check) -> None:
 
 
 def _dma_transpose_cost(ops: DmaTransposeOps, hw: HwConfig, engine: Engine) -> Cost:
-    """The source bytes at the DMA rate times the transpose efficiency (from HBM or from SBUF)."""
+    """``DMA_LAT + src bytes / (DMA_BW * e)`` ns, ``e`` 0.9 from HBM and 0.5 from SBUF (estimate)."""
     eff = hw.dma.transpose_sbuf_efficiency if ops.src.buffer.is_on_chip else hw.dma.transpose_hbm_efficiency
     return dma_cost(hw, nbytes(ops.src), eff)
 
@@ -200,6 +255,7 @@ def _dma_transpose_cost(ops: DmaTransposeOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.dma,),
     cost=_dma_transpose_cost,
     validate=_dma_transpose_validate,
+    dtypes="any; dst = src dtype (hwdge: 2-byte types)",
 )
 def dma_transpose(ops: DmaTransposeOps, state: EngineState) -> None:
     """``dst = src.transpose(axes)``: ``(1, 0)``, ``(2, 1, 0)`` or ``(3, 1, 2, 0)`` by rank, bit-exact."""
@@ -239,6 +295,10 @@ def _dma_compute_validate(ops: DmaComputeOps, chk: Check) -> None:
 
 
 def _dma_compute_cost(ops: DmaComputeOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``DMA_LAT + max(sum(src bytes) / 2, dst bytes) / (DMA_BW * 0.5)`` ns (estimate).
+
+    Accumulation runs at half the DMA rate (published for two inputs); see ``dma_compute_cost``.
+    """
     return dma_compute_cost(hw, [nbytes(s) for s in ops.srcs], nbytes(ops.dst))
 
 
@@ -248,6 +308,7 @@ def _dma_compute_cost(ops: DmaComputeOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.dma,),
     cost=_dma_compute_cost,
     validate=_dma_compute_validate,
+    dtypes="any; srcs summed in fp32, cast to dst",
 )
 def dma_compute(ops: DmaComputeOps, state: EngineState) -> None:
     """``dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ...`` in float32, left to right, cast on write.

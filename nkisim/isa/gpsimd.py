@@ -32,7 +32,14 @@ def _iota_cost(ops: IotaOps, hw: HwConfig, engine: Engine) -> Cost:
     return engine_cost(hw, engine, hw.gpsimd.startup_cycles + ops.dst.free_size)
 
 
-@instruction("iota", IotaOps, engines=(Engine.gpsimd,), cost=_iota_cost, validate=_iota_validate)
+@instruction(
+    "iota",
+    IotaOps,
+    engines=(Engine.gpsimd,),
+    cost=_iota_cost,
+    validate=_iota_validate,
+    dtypes="int32 values (offset, channel_multiplier, steps), cast to any dst dtype",
+)
 def iota(ops: IotaOps, state: EngineState) -> None:
     """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` in int32."""
     p = ops.dst.partitions

@@ -67,12 +67,18 @@ def sequence_bounds_values(ids: np.ndarray) -> np.ndarray:
     return np.stack([np.where(pad, n, start), np.where(pad, -1, end)])
 
 
+def _sequence_bounds_cost(ops: SequenceBoundsOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``GPSIMD_START + N`` GpSimd cycles, ``N`` the segment ids per partition, as iota's (estimate)."""
+    return _gpsimd_cost(ops.segment_ids.free_size, hw, engine)
+
+
 @instruction(
     "sequence_bounds",
     SequenceBoundsOps,
     engines=(Engine.gpsimd,),
-    cost=lambda ops, hw, engine: _gpsimd_cost(ops.segment_ids.free_size, hw, engine),
+    cost=_sequence_bounds_cost,
     validate=_sequence_bounds_validate,
+    dtypes="segment_ids and dst fp32 or int32",
 )
 def sequence_bounds(ops: SequenceBoundsOps, state: EngineState) -> None:
     """For each segment id, the start and (exclusive) end index of its run of equal ids.
@@ -112,12 +118,18 @@ def _nonzero_with_count_validate(ops: NonzeroWithCountOps, chk: Check) -> None:
             chk.fail(OperandError, name, f"{value} is not an int32")
 
 
+def _nonzero_with_count_cost(ops: NonzeroWithCountOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``GPSIMD_START + N`` GpSimd cycles, ``N`` the src elements per partition, as iota's (estimate)."""
+    return _gpsimd_cost(ops.src.free_size, hw, engine)
+
+
 @instruction(
     "nonzero_with_count",
     NonzeroWithCountOps,
     engines=(Engine.gpsimd,),
-    cost=lambda ops, hw, engine: _gpsimd_cost(ops.src.free_size, hw, engine),
+    cost=_nonzero_with_count_cost,
     validate=_nonzero_with_count_validate,
+    dtypes="src fp32 or int32; dst int32; index_offset, padding_val int32",
     min_nc_version=3,
 )
 def nonzero_with_count(ops: NonzeroWithCountOps, state: EngineState) -> None:

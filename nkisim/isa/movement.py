@@ -80,7 +80,7 @@ def _tensor_copy_predicated_validate(ops: TensorCopyPredicatedOps, chk: Check) -
 
 
 def _tensor_copy_predicated_cost(ops: TensorCopyPredicatedOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` with src and predicate split over SBUF and PSUM; ``max(MIN_II, 2N)`` both in SBUF.
+    """``max(MIN_II, 2N)`` Vector cycles with src and predicate both in SBUF, else ``max(MIN_II, N)``.
 
     A scalar ``src`` leaves the predicate as the only tensor input: ``max(MIN_II, N)``.
     """
@@ -95,6 +95,7 @@ def _tensor_copy_predicated_cost(ops: TensorCopyPredicatedOps, hw: HwConfig, eng
     engines=(Engine.vector,),
     cost=_tensor_copy_predicated_cost,
     validate=_tensor_copy_predicated_validate,
+    dtypes="src any, dst = src dtype (scalar src: cast); predicate uint8/16/32",
 )
 def tensor_copy_predicated(ops: TensorCopyPredicatedOps, state: EngineState) -> None:
     """``dst = src`` where ``predicate != 0`` (``== 0`` with ``reverse_pred``); elsewhere dst is unchanged.
@@ -168,12 +169,12 @@ def _local_gather_validate(ops: LocalGatherOps, chk: Check) -> None:
 
 
 def _local_gather_cost(ops: LocalGatherOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``GPSIMD_START + num_valid_indices * num_elem_per_idx * C`` GpSimd cycles.
+    """``GPSIMD_START + v * n * C`` GpSimd cycles, ``C = (28 + 4n) / (4n) / min(4 / dtype bytes, n)``.
 
-    ``C = ((28 + t * n) / (t * n)) / min(4 / dtype_size, n)`` with ``t = 4`` and
-    ``n = num_elem_per_idx`` (NKI 0.1's estimate). The reference divides by ``C``;
-    ``C`` is cycles per element (the overhead of 28 cycles per batch of ``t``
-    indices, then 32 bits per partition per cycle), so nkisim multiplies.
+    ``v = num_valid_indices`` and ``n = num_elem_per_idx``. NKI 0.1's estimate is
+    ``150 + v * n / C`` with ``C = ((28 + t * n) / (t * n)) / min(4 / dtype_size, n)``
+    and ``t = 4``. ``C`` is cycles per element (the overhead of 28 cycles per batch
+    of ``t`` indices, then 32 bits per partition per cycle), so nkisim multiplies.
     """
     cfg = hw.gpsimd
     n = ops.num_elem_per_idx
@@ -189,6 +190,7 @@ def _local_gather_cost(ops: LocalGatherOps, hw: HwConfig, engine: Engine) -> Cos
     engines=(Engine.gpsimd,),
     cost=_local_gather_cost,
     validate=_local_gather_validate,
+    dtypes="any; dst = src_buffer dtype (no cast); index uint16",
 )
 def local_gather(ops: LocalGatherOps, state: EngineState) -> None:
     """Each GpSimd core gathers within its 16 partitions with the same element offsets for all of them.
@@ -236,11 +238,11 @@ def _nc_n_gather_validate(ops: NcNGatherOps, chk: Check) -> None:
 
 
 def _nc_n_gather_cost(ops: NcNGatherOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``n * GPSIMD_START + N`` GpSimd cycles, ``n = ceil(N / 512)``, ``N`` the gathered elements per partition.
+    """``ceil(N / 512) * GPSIMD_START + N`` GpSimd cycles, ``N`` the gathered elements per partition (estimate).
 
-    Not published: the docs say only that the instruction is ``n`` groups of ISA
-    instructions; each group is charged the GpSimd start-up, and each element one
-    cycle (a core moves 32 bits per partition per cycle).
+    Not published: the docs say only that the instruction is ``ceil(N / 512)``
+    groups of ISA instructions; each group is charged the GpSimd start-up, and
+    each element one cycle (a core moves 32 bits per partition per cycle).
     """
     n_out = ops.dst.free_size
     groups = math.ceil(n_out / hw.gpsimd.n_gather_group_elements)
@@ -253,6 +255,7 @@ def _nc_n_gather_cost(ops: NcNGatherOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.gpsimd,),
     cost=_nc_n_gather_cost,
     validate=_nc_n_gather_validate,
+    dtypes="data any, dst = data dtype; indices uint32",
 )
 def nc_n_gather(ops: NcNGatherOps, state: EngineState) -> None:
     """``dst[p].flat[j] = data[p].flat[indices[p].flat[j]]`` in every partition ``p``, bit for bit."""
@@ -316,12 +319,18 @@ def _nc_stream_shuffle_validate(ops: NcStreamShuffleOps, chk: Check) -> None:
             )
 
 
+def _nc_stream_shuffle_cost(ops: NcStreamShuffleOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Vector cycles."""
+    return per_element_cost(engine, hw, ops.src.free_size)
+
+
 @instruction(
     "nc_stream_shuffle",
     NcStreamShuffleOps,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.src.free_size),
+    cost=_nc_stream_shuffle_cost,
     validate=_nc_stream_shuffle_validate,
+    dtypes="any; dst = src dtype",
 )
 def nc_stream_shuffle(ops: NcStreamShuffleOps, state: EngineState) -> None:
     """Within each 32-partition quadrant, ``dst[i] = src[shuffle_mask[i]]``; 255 leaves ``dst[i]`` unchanged.

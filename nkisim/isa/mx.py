@@ -143,15 +143,19 @@ def _quantize_mx_validate(ops: QuantizeMxOps, chk: Check) -> None:
         chk.fail(OperandError, "dst_scale", "must start in the same SBUF quadrant as dst")
 
 
+def _quantize_mx_cost(ops: QuantizeMxOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N/4)`` Vector cycles, ``N`` the src elements per partition: 4 per cycle (estimate)."""
+    return per_element_cost(engine, hw, ops.src.free_size, hw.vector.quantize_mx_cycles_per_element)
+
+
 @instruction(
     "quantize_mx",
     QuantizeMxOps,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(
-        engine, hw, ops.src.free_size, hw.vector.quantize_mx_cycles_per_element
-    ),
+    cost=_quantize_mx_cost,
     validate=_quantize_mx_validate,
     min_nc_version=4,
+    dtypes="src fp16/bf16; dst float8_e5m2_x4/float8_e4m3fn_x4; dst_scale uint8",
 )
 def quantize_mx(ops: QuantizeMxOps, state: EngineState) -> None:
     """Quantize groups of 8 partitions x 4 elements to MXFP8 data plus one e8m0 scale each.
@@ -247,7 +251,7 @@ def _nc_matmul_mx_validate(ops: NcMatmulMxOps, chk: Check) -> None:
 
 
 def _nc_matmul_mx_cost(ops: NcMatmulMxOps, hw: HwConfig, engine: Engine) -> Cost:
-    """As an ``nc_matmul`` of the packed shapes, ``max(min(64, M), N)`` PE cycles.
+    """``max(min(64, M), N)`` PE cycles, ``M``/``N`` the packed stationary/moving free sizes, as nc_matmul (estimate).
 
     Each PE multiplies and adds the four values of a packed pair per cycle, which is
     the documented 4x throughput of MX matmul over bf16.
@@ -276,6 +280,7 @@ def _dequantized(data: Tensor, scale: Tensor) -> np.ndarray:
     cost=_nc_matmul_mx_cost,
     validate=_nc_matmul_mx_validate,
     min_nc_version=4,
+    dtypes="stationary/moving float8_e5m2_x4/float8_e4m3fn_x4/float4_e2m1fn_x4; scales uint8; dst fp32/bf16",
 )
 def nc_matmul_mx(ops: NcMatmulMxOps, state: EngineState) -> None:
     """``dst = S.T @ M`` over the 4K contraction values of MX stationary and moving tiles.

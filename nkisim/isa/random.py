@@ -161,19 +161,25 @@ def _rng_validate(ops: RngOps, chk: Check) -> None:
 
 
 def _prng_cost(n: int, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` cycles; the NeuronCore-v4 Vector Engine makes 4 values per lane per cycle."""
+    """``max(MIN_II, N)`` engine cycles; ``max(MIN_II, N/4)`` on the v4 Vector Engine (4 per lane per cycle)."""
     if engine is Engine.vector:
         return per_element_cost(engine, hw, n, hw.vector.prng_cycles_per_element)
     return per_element_cost(engine, hw, n)
+
+
+def _rng_cost(ops: RngOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Vector or GpSimd cycles; ``max(MIN_II, N/4)`` on the v4 Vector Engine (estimate)."""
+    return _prng_cost(ops.dst.free_size, hw, engine)
 
 
 @instruction(
     "rng",
     RngOps,
     engines=(Engine.vector, Engine.gpsimd),
-    cost=lambda ops, hw, engine: _prng_cost(ops.dst.free_size, hw, engine),
+    cost=_rng_cost,
     validate=_rng_validate,
     choose_engine=lambda ops, hw: Engine.vector,
+    dtypes="dst int8/16/32 or uint8/16/32 (the low bits of 32 random bits)",
 )
 def rng(ops: RngOps, state: EngineState) -> None:
     """32 random bits per element, truncated to the least significant bits of ``dst``'s integer type."""
@@ -205,13 +211,19 @@ def _rand2_validate(ops: Rand2Ops, chk: Check) -> None:
         chk.fail(OperandError, "min", f"{ops.min} must be less than max {ops.max}")
 
 
+def _rand2_cost(ops: Rand2Ops, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N/4)`` Vector cycles: XORWOW makes 4 values per lane per cycle (estimate)."""
+    return _prng_cost(ops.dst.free_size, hw, engine)
+
+
 @instruction(
     "rand2",
     Rand2Ops,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: _prng_cost(ops.dst.free_size, hw, engine),
+    cost=_rand2_cost,
     validate=_rand2_validate,
     min_nc_version=4,
+    dtypes="dst fp8/fp16/bf16/fp32/tf32 or (u)int8/16/32; min, max fp32",
 )
 def rand2(ops: Rand2Ops, state: EngineState) -> None:
     """Uniform float32 values ``min + (max - min) * u`` with ``u`` in [0, 1), cast to ``dst``."""
@@ -247,12 +259,18 @@ def _dropout_validate(ops: DropoutOps, chk: Check) -> None:
             chk.fail(DtypeError, "prob", f"dtype {prob_type} must be a float type")
 
 
+def _dropout_cost(ops: DropoutOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Vector cycles."""
+    return per_element_cost(engine, hw, ops.data.free_size)
+
+
 @instruction(
     "dropout",
     DropoutOps,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.data.free_size),
+    cost=_dropout_cost,
     validate=_dropout_validate,
+    dtypes="data any, dst = data dtype; prob fp32 for integer data, any float otherwise",
 )
 def dropout(ops: DropoutOps, state: EngineState) -> None:
     """Zero each element with probability ``prob`` (a random ``u`` in [0, 1) below it); keep the rest as is.
@@ -281,12 +299,18 @@ def _set_rng_seed_validate(ops: SetRngSeedOps, chk: Check) -> None:
         chk.fail(ShapeError, "src_seeds", f"shape {list(ops.src_seeds.shape)} must be [1, 1]")
 
 
+def _set_rng_seed_cost(ops: SetRngSeedOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``MIN_II`` Vector cycles: one element (estimate)."""
+    return per_element_cost(engine, hw, 1)
+
+
 @instruction(
     "set_rng_seed",
     SetRngSeedOps,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, 1),
+    cost=_set_rng_seed_cost,
     validate=_set_rng_seed_validate,
+    dtypes="src_seeds: one 32-bit value (its bits)",
 )
 def set_rng_seed(ops: SetRngSeedOps, state: EngineState) -> None:
     """Seed every lane of the Vector Engine's generator from one 32-bit value (its bits, not its value)."""
@@ -338,7 +362,7 @@ def _state_engine(ops: RandStateOps, hw: HwConfig) -> Engine:
 
 
 def _state_cost(t: Tensor, hw: HwConfig, engine: Engine) -> Cost:
-    """Not published: ``max(MIN_II, words)`` engine cycles, an estimate."""
+    """``max(MIN_II, W)`` engine cycles, ``W`` the state words per partition (estimate)."""
     return per_element_cost(engine, hw, t.free_size)
 
 
@@ -346,14 +370,25 @@ def _chosen(ops: RandStateOps) -> Engine:
     return ops.engine if ops.engine is not Engine.unknown else Engine.gpsimd
 
 
+def _rand_set_state_cost(ops: RandSetStateOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, W)`` GpSimd or Vector cycles, ``W`` the state words per partition (estimate)."""
+    return _state_cost(ops.src_seeds, hw, engine)
+
+
+def _rand_get_state_cost(ops: RandGetStateOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, W)`` GpSimd or Vector cycles, ``W`` the state words per partition (estimate)."""
+    return _state_cost(ops.dst, hw, engine)
+
+
 @instruction(
     "rand_set_state",
     RandSetStateOps,
     engines=(Engine.gpsimd, Engine.vector),
-    cost=lambda ops, hw, engine: _state_cost(ops.src_seeds, hw, engine),
+    cost=_rand_set_state_cost,
     validate=_rand_set_state_validate,
     choose_engine=_state_engine,
     min_nc_version=3,
+    dtypes="src_seeds uint32 (the state words)",
 )
 def rand_set_state(ops: RandSetStateOps, state: EngineState) -> None:
     """Load the PRNG state of the lanes of ``src_seeds``'s partitions verbatim (6 or 24 words each)."""
@@ -365,10 +400,11 @@ def rand_set_state(ops: RandSetStateOps, state: EngineState) -> None:
     "rand_get_state",
     RandGetStateOps,
     engines=(Engine.gpsimd, Engine.vector),
-    cost=lambda ops, hw, engine: _state_cost(ops.dst, hw, engine),
+    cost=_rand_get_state_cost,
     validate=_rand_get_state_validate,
     choose_engine=_state_engine,
     min_nc_version=3,
+    dtypes="dst uint32 (the state words)",
 )
 def rand_get_state(ops: RandGetStateOps, state: EngineState) -> None:
     """Store the PRNG state of the lanes of ``dst``'s partitions (6 or 24 uint32 words each)."""

@@ -160,7 +160,7 @@ def _register_move_validate(ops: RegisterMoveOps, chk: Check) -> None:
 
 
 def _register_move_cost(ops: RegisterMoveOps, hw: HwConfig, engine: Engine) -> Cost:
-    """One register instruction on the sequencer (``register_op_cycles``)."""
+    """``register_op_cycles`` (4) Sync cycles: one register ALU instruction on the sequencer (estimate)."""
     return _sequencer_cost(hw, engine, hw.sequencer.register_op_cycles)
 
 
@@ -170,6 +170,7 @@ def _register_move_cost(ops: RegisterMoveOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.sync,),
     cost=_register_move_cost,
     validate=_register_move_validate,
+    dtypes="imm: a 32-bit integer constant (or a register)",
 )
 def register_move(ops: RegisterMoveOps, state: EngineState) -> None:
     """``dst = imm``: a 32-bit immediate (or, as NKI 0.3+ allows, another register's value)."""
@@ -192,7 +193,7 @@ def _register_load_validate(ops: RegisterLoadOps, chk: Check) -> None:
 
 
 def _register_load_cost(ops: RegisterLoadOps, hw: HwConfig, engine: Engine) -> Cost:
-    """One SBUF access request (``register_sbuf_access_cycles``); from HBM, the fixed DMA latency."""
+    """SBUF: ``register_sbuf_access_cycles`` (60) Sync cycles, one access request; HBM: ``DMA_LAT`` ns (estimate)."""
     return _memory_cost(hw, engine, ops.src)
 
 
@@ -202,6 +203,7 @@ def _register_load_cost(ops: RegisterLoadOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.sync,),
     cost=_register_load_cost,
     validate=_register_load_validate,
+    dtypes="src: one integer of at most 32 bits (e.g. int32)",
 )
 def register_load(ops: RegisterLoadOps, state: EngineState) -> None:
     """``dst = src``: the tensor's one integer value (sign- or zero-extended to 32 bits)."""
@@ -224,7 +226,7 @@ def _register_store_validate(ops: RegisterStoreOps, chk: Check) -> None:
 
 
 def _register_store_cost(ops: RegisterStoreOps, hw: HwConfig, engine: Engine) -> Cost:
-    """One SBUF access request (``register_sbuf_access_cycles``); to HBM, the fixed DMA latency."""
+    """SBUF: ``register_sbuf_access_cycles`` (60) Sync cycles, one access request; HBM: ``DMA_LAT`` ns (estimate)."""
     return _memory_cost(hw, engine, ops.dst)
 
 
@@ -234,6 +236,7 @@ def _register_store_cost(ops: RegisterStoreOps, hw: HwConfig, engine: Engine) ->
     engines=(Engine.sync,),
     cost=_register_store_cost,
     validate=_register_store_validate,
+    dtypes="dst: one integer of at most 32 bits (e.g. int32)",
 )
 def register_store(ops: RegisterStoreOps, state: EngineState) -> None:
     """``dst = src``: the register's low ``dst.itemsize`` bytes (its 32 bits for a 32-bit dst)."""

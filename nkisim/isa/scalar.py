@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from nkisim.errors import DtypeError, OperandError, TargetError
@@ -65,14 +67,19 @@ def _check_activation_operands(ops: ActivationOps | ActivationReduceOps, chk: Ch
         chk.fail(TargetError, "bias", "must be a (P, 1) tensor on NeuronCore-v2; scalars need v3 or newer")
 
 
+def _table(op: Op) -> str | None:
+    """The activation table ``op`` needs; the identity needs none."""
+    return None if op.name == "copy" else op.name
+
+
 def _activation_cost(ops: ActivationOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` Scalar cycles, plus ``MIN_II`` to read the registers into reduce_res."""
+    """``max(MIN_II, N)`` Scalar cycles, ``+ MIN_II`` with reduce_res (the accumulator read-out)."""
     cost = per_element_cost(engine, hw, ops.data.free_size)
-    if ops.reduce_res is None:
-        return cost
-    # Reading reduce_regs out into reduce_res is one more (minimum-length) instruction.
-    readout = per_element_cost(engine, hw, 1)
-    return Cost(busy_ns=cost.busy_ns + readout.busy_ns, cycles=cost.cycles + readout.cycles)
+    if ops.reduce_res is not None:
+        # Reading reduce_regs out into reduce_res is one more (minimum-length) instruction.
+        readout = per_element_cost(engine, hw, 1)
+        cost = Cost(busy_ns=cost.busy_ns + readout.busy_ns, cycles=cost.cycles + readout.cycles)
+    return replace(cost, table=_table(ops.op))
 
 
 @instruction(
@@ -81,6 +88,7 @@ def _activation_cost(ops: ActivationOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.scalar,),
     cost=_activation_cost,
     validate=_activation_validate,
+    dtypes="any (fp32 math, cast to dst); scale fp32, bias fp32/fp16/bf16",
 )
 def activation(ops: ActivationOps, state: EngineState) -> None:
     """``dst = op(data * scale + bias)``, then an optional add-reduction into ``reduce_regs``.
@@ -143,7 +151,7 @@ def _activation_reduce_validate(ops: ActivationReduceOps, chk: Check) -> None:
 def _activation_reduce_cost(ops: ActivationReduceOps, hw: HwConfig, engine: Engine) -> Cost:
     """``max(MIN_II, N) + MIN_II`` Scalar cycles (the second term reads the accumulators out)."""
     cost = per_element_cost(engine, hw, ops.data.free_size)
-    return engine_cost(hw, engine, cost.cycles + hw.engine(engine).min_ii_cycles)
+    return engine_cost(hw, engine, cost.cycles + hw.engine(engine).min_ii_cycles, table=_table(ops.op))
 
 
 @instruction(
@@ -152,6 +160,7 @@ def _activation_reduce_cost(ops: ActivationReduceOps, hw: HwConfig, engine: Engi
     engines=(Engine.scalar,),
     cost=_activation_reduce_cost,
     validate=_activation_reduce_validate,
+    dtypes="any (fp32 math, cast to dst); scale fp32, bias fp32/fp16/bf16",
 )
 def activation_reduce(ops: ActivationReduceOps, state: EngineState) -> None:
     """``dst = op(data * scale + bias)``; ``reduce_res = reduce_op`` of it over every free axis.

@@ -97,6 +97,7 @@ def _affine_select_cost(ops: AffineSelectOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.gpsimd,),
     cost=_affine_select_cost,
     validate=_affine_select_validate,
+    dtypes="on_true_tile, dst any (cast through fp32 if they differ); on_false_value fp32",
 )
 def affine_select(ops: AffineSelectOps, state: EngineState) -> None:
     """``dst = on_true_tile`` where ``cmp_op(affine, 0)``, else ``on_false_value``.
@@ -160,9 +161,10 @@ def _select_reduce_validate(ops: SelectReduceOps, chk: Check) -> None:
 
 
 def _select_reduce_cost(ops: SelectReduceOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` if inputs split SBUF/PSUM, else ``max(MIN_II, 2N)``; ``+ MIN_II`` with reduce_res (estimate).
+    """``max(MIN_II, c*N)`` Vector cycles, c=1 on split SBUF/PSUM inputs else 2, +MIN_II with reduce_res (estimate).
 
-    Not published: as tensor_copy_predicated, plus the accumulator read-out of tensor_scalar_reduce.
+    The inputs are ``on_true`` and ``predicate``. Not published: as tensor_copy_predicated,
+    plus the accumulator read-out of tensor_scalar_reduce.
     """
     split = {ops.on_true.buffer, ops.predicate.buffer} == {Buffer.sbuf, Buffer.psum}
     per = 1.0 if split else hw.vector.two_sbuf_inputs_cycles_per_element
@@ -175,7 +177,7 @@ def _select_reduce_cost(ops: SelectReduceOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.vector,),
     cost=_select_reduce_cost,
     validate=_select_reduce_validate,
-    dtypes="on_true: any but tf32/int32/uint32; predicate: (u)int8, (u)int16",
+    dtypes="on_true any but tf32/int32/uint32; predicate (u)int8/(u)int16; on_false scalar fp32; reduce_res floats",
 )
 def select_reduce(ops: SelectReduceOps, state: EngineState) -> None:
     """``dst = where(predicate, on_true, on_false)``, with a max into the Vector accumulators.
@@ -253,7 +255,7 @@ def _range_select_cost(ops: RangeSelectOps, hw: HwConfig, engine: Engine) -> Cos
     cost=_range_select_cost,
     validate=_range_select_validate,
     min_nc_version=3,
-    dtypes="on_true_tile: floats; bounds: float32",
+    dtypes="on_true_tile floats; bound0/bound1 fp32; compared in fp32",
 )
 def range_select(ops: RangeSelectOps, state: EngineState) -> None:
     """Keep ``on_true_tile[j]`` where ``comp_op0(j + range_start, bound0)`` and ``comp_op1(j + range_start, bound1)``.

@@ -76,11 +76,15 @@ class Cost:
     """What an instruction costs.
 
     Attributes:
-        busy_ns: how long it occupies its engine or DMA bandwidth (the initiation interval).
+        busy_ns: how long it occupies its engine, or each DMA engine it uses (the initiation interval).
         latency_ns: extra time after that until its results are visible (DMA trigger latency).
         cycles: the engine cycles behind ``busy_ns``, for reports.
         bytes: bytes moved by a DMA.
         flops: floating-point operations done by the Tensor Engine.
+        setup_ns: Tensor Engine LoadStationary time, which can overlap the previous matmul.
+        setup_key: what the setup loads (the stationary tile); a repeat of the last one needs no setup.
+        table: the activation table a Scalar Engine instruction needs (switching tables costs time).
+        dma_engines: ``(first, count)`` of the DMA engines a transfer is spread over.
     """
 
     busy_ns: float
@@ -88,6 +92,10 @@ class Cost:
     cycles: float = 0.0
     bytes: int = 0
     flops: float = 0.0
+    setup_ns: float = 0.0
+    setup_key: object = None
+    table: str | None = None
+    dma_engines: tuple[int, int] | None = None
 
 
 def engine_cost(hw: HwConfig, engine: Engine, cycles: float, **extra: Any) -> Cost:

@@ -121,12 +121,18 @@ def bn_stats_reference(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _bn_stats_cost(ops: BnStatsOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Vector cycles."""
+    return per_element_cost(engine, hw, ops.data.free_size)
+
+
 @instruction(
     "bn_stats",
     BnStatsOps,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.data.free_size),
+    cost=_bn_stats_cost,
     validate=_bn_stats_validate,
+    dtypes="any (fp32 math, cast to dst)",
 )
 def bn_stats(ops: BnStatsOps, state: EngineState) -> None:
     """Per partition: (count, mean, variance * count) of the even elements, then of the odd ones.
@@ -190,7 +196,14 @@ def bn_aggr_values(stats: np.ndarray) -> np.ndarray:
     return np.stack([mean, var], axis=1).astype(F32)
 
 
-@instruction("bn_aggr", BnAggrOps, engines=(Engine.vector,), cost=_bn_aggr_cost, validate=_bn_aggr_validate)
+@instruction(
+    "bn_aggr",
+    BnAggrOps,
+    engines=(Engine.vector,),
+    cost=_bn_aggr_cost,
+    validate=_bn_aggr_validate,
+    dtypes="any (fp32 math, cast to dst)",
+)
 def bn_aggr(ops: BnAggrOps, state: EngineState) -> None:
     """Merge ``bn_stats`` triples into a mean and a population variance per partition."""
     write(ops.dst, bn_aggr_values(as_rows(f32(ops.data), ops.data.partitions)))
@@ -212,12 +225,18 @@ def _max8_validate(ops: Max8Ops, chk: Check) -> None:
         chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} must be [par_dim, {TOP_K}]")
 
 
+def _max8_cost(ops: Max8Ops, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Vector cycles (published: ``N``)."""
+    return per_element_cost(engine, hw, ops.src.free_size)
+
+
 @instruction(
     "max8",
     Max8Ops,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.src.free_size),
+    cost=_max8_cost,
     validate=_max8_validate,
+    dtypes="src any (compared in fp32); dst any (cast)",
 )
 def max8(ops: Max8Ops, state: EngineState) -> None:
     """The 8 largest float32 values of each partition, in descending order (NaN ranks above +inf)."""
@@ -273,12 +292,18 @@ def _find_index8_validate(ops: NcFindIndex8Ops, chk: Check) -> None:
         chk.fail(DtypeError, "dst", f"dtype {dtype_name(ops.dst.dtype)} must be uint16 or uint32")
 
 
+def _find_index8_cost(ops: NcFindIndex8Ops, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Vector cycles (published: ``N``)."""
+    return per_element_cost(engine, hw, ops.data.free_size)
+
+
 @instruction(
     "nc_find_index8",
     NcFindIndex8Ops,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.data.free_size),
+    cost=_find_index8_cost,
     validate=_find_index8_validate,
+    dtypes="data, vals any (compared in fp32); dst uint16/uint32",
 )
 def nc_find_index8(ops: NcFindIndex8Ops, state: EngineState) -> None:
     """Index of the first occurrence of each of the 8 vals in its partition's flattened data.
@@ -312,12 +337,18 @@ def _match_replace8_validate(ops: NcMatchReplace8Ops, chk: Check) -> None:
         _check_eight(chk, "dst_idx", ops.dst_idx)
 
 
+def _match_replace8_cost(ops: NcMatchReplace8Ops, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II, N)`` Vector cycles (published as ``min(MIN_II, N)``, read as the usual max)."""
+    return per_element_cost(engine, hw, ops.data.free_size)
+
+
 @instruction(
     "nc_match_replace8",
     NcMatchReplace8Ops,
     engines=(Engine.vector,),
-    cost=lambda ops, hw, engine: per_element_cost(engine, hw, ops.data.free_size),
+    cost=_match_replace8_cost,
     validate=_match_replace8_validate,
+    dtypes="data, vals, dst any (compared in fp32); imm fp32; dst_idx uint32 indices",
 )
 def nc_match_replace8(ops: NcMatchReplace8Ops, state: EngineState) -> None:
     """Replace the first occurrence of each of the 8 vals with ``imm``; optionally write their indices.

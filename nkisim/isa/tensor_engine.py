@@ -124,7 +124,13 @@ def _tile_shape(ops: NcMatmulOps, chk: Check) -> tuple[int, int]:
 
 
 def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(min(64, M), N)`` PE cycles (fp32/tf32 inputs: x4, x2 with a one/zero operand).
+    """``max(min(64, M), N)`` PE cycles, x4 for fp32/tf32 (x2 if is_*_onezero; x1 if is_transpose on v3+).
+
+    ``M`` and ``N`` are the stationary and moving free sizes (each halved in
+    ``double_row`` mode, which doubles the contraction instead).
+
+    The stationary tile is loaded first (fast LoadStationary: ``M / 4`` cycles, in the
+    background of the previous matmul; none when the previous matmul used the same tile).
 
     PE tiling: the docs let matmuls on disjoint row/column tiles of the 128x128 array
     run in parallel, but publish no cost for it. nkisim charges a tiled matmul the same
@@ -133,11 +139,21 @@ def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
     to the number of tiles in flight).
     """
     k, m, n = _contraction_layout(ops)
-    cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n)
+    factor = 1
     if _is_fp32_class(ops.stationary) and not (ops.is_transpose and hw.nc_version >= 3):
         onezero = ops.is_stationary_onezero or ops.is_moving_onezero
-        cycles *= hw.tensor.fp32_cycle_factor // (2 if onezero else 1)
-    return engine_cost(hw, engine, cycles, flops=2.0 * k * m * n)
+        factor = hw.tensor.fp32_cycle_factor // (2 if onezero else 1)
+    cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n) * factor
+    load_stationary_ns = m * hw.tensor.load_stationary_cycles_per_column * factor / hw.tensor.clock_ghz
+    region = ops.stationary.region
+    return engine_cost(
+        hw,
+        engine,
+        cycles,
+        flops=2.0 * k * m * n,
+        setup_ns=load_stationary_ns,
+        setup_key=(region.storage.uid, region.r0, region.r1, region.b0, region.b1),
+    )
 
 
 @instruction(
@@ -146,6 +162,7 @@ def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.tensor,),
     cost=_nc_matmul_cost,
     validate=_nc_matmul_validate,
+    dtypes="inputs fp8/bf16/fp16/tf32/fp32 (fp32/tf32 only with each other), dst fp32 (v4: or bf16)",
 )
 def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:
     """``dst = stationary.T @ moving`` in float32, accumulated in PSUM.
@@ -213,6 +230,7 @@ def _nc_transpose_validate(ops: NcTransposeOps, chk: Check) -> None:
 
 
 def _nc_transpose_cost(ops: NcTransposeOps, hw: HwConfig, engine: Engine) -> Cost:
+    """Tensor: ``max(P, min(64, F))`` PE cycles; Vector: ``max(MIN_II, F)`` cycles; data is ``P`` partitions x ``F``."""
     p, f = ops.data.partitions, ops.data.free_size
     if engine is Engine.tensor:
         return engine_cost(hw, engine, max(p, min(hw.tensor.matmul_min_ii_cycles, f)))
@@ -226,6 +244,7 @@ def _nc_transpose_cost(ops: NcTransposeOps, hw: HwConfig, engine: Engine) -> Cos
     cost=_nc_transpose_cost,
     validate=_nc_transpose_validate,
     choose_engine=_nc_transpose_engine,
+    dtypes="any; dst = data dtype",
 )
 def nc_transpose(ops: NcTransposeOps, state: EngineState) -> None:
     """Swap the partition dim with the (flattened) free dims, bit-exactly."""

@@ -44,10 +44,39 @@ BF16 = to_dtype("bfloat16")
 FP16 = to_dtype("float16")
 
 
-def per_element_cost(engine: Engine, hw: HwConfig, n: int, cycles_per_element: float = 1.0) -> Cost:
-    """``max(MIN_II, N * cycles_per_element)`` engine cycles."""
-    cycles = max(hw.engine(engine).min_ii_cycles, n * cycles_per_element)
+def per_element_cost(
+    engine: Engine, hw: HwConfig, n: int, cycles_per_element: float = 1.0, streams: tuple[Tensor, ...] = ()
+) -> Cost:
+    """``max(MIN_II, N * cycles_per_element / mode * stride)`` engine cycles.
+
+    ``streams`` are the tensors the instruction reads and writes: SBUF streams with an
+    innermost stride over 16 bytes run at half bandwidth, and on NeuronCore-v3+ 16-bit
+    streams use the Vector (and v4 Scalar) 2x/4x performance modes.
+    """
+    speedup = performance_mode(engine, hw, streams) if streams else 1.0
+    cycles = max(hw.engine(engine).min_ii_cycles, n * cycles_per_element * stride_slowdown(hw, streams) / speedup)
     return engine_cost(hw, engine, cycles)
+
+
+def stride_slowdown(hw: HwConfig, streams: tuple[Tensor, ...]) -> float:
+    """The SBUF access-pattern penalty: half bandwidth when an innermost stride exceeds 16 bytes."""
+    wide = any(
+        t.buffer is Buffer.sbuf
+        and t.array.ndim > 1
+        and t.shape[-1] > 1
+        and abs(t.array.strides[-1]) > hw.sbuf.wide_stride_bytes
+        for t in streams
+    )
+    return hw.sbuf.wide_stride_slowdown if wide else 1.0
+
+
+def performance_mode(engine: Engine, hw: HwConfig, streams: tuple[Tensor, ...]) -> float:
+    """Elements per lane per cycle: 4 for 16-bit SBUF unit-stride streams, 2 for other 16-bit ones (v3+)."""
+    fastest = hw.engine(engine).perf_mode_max
+    if fastest == 1 or not all(t.dtype in (BF16, FP16) for t in streams):
+        return 1.0
+    sbuf_unit = all(t.buffer is Buffer.sbuf and t.array.strides[-1] == t.itemsize for t in streams)
+    return float(min(fastest, 4 if sbuf_unit else 2))
 
 
 def _choose_vector(ops: Operands, hw: HwConfig) -> Engine:
@@ -74,8 +103,13 @@ def _tensor_tensor_validate(ops: TensorTensorOps, chk: Check) -> None:
 
 
 def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` if one input is in PSUM or all are bf16 add/mul/sub in SBUF, else ``max(MIN_II, 2N)``."""
+    """``max(MIN_II, c*N)`` cycles, c=2 on Vector with two SBUF inputs unless all bf16 add/mul/sub, else c=1.
+
+    So ``max(MIN_II, N)`` Vector cycles with one input in SBUF and the other in PSUM.
+    GpSimd runs ``nl.power`` (or any op with ``engine=gpsimd``) at one element per cycle.
+    """
     n = ops.data1.free_size
+    streams = (ops.dst, ops.data1, ops.data2)
     if engine is not Engine.vector:
         return per_element_cost(engine, hw, n)
     kinds = {ops.data1.buffer, ops.data2.buffer}
@@ -83,7 +117,10 @@ def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> C
     fast = kinds == {Buffer.sbuf, Buffer.psum} or (
         all_bf16 and ops.op.name in ("add", "multiply", "subtract") and kinds == {Buffer.sbuf}
     )
-    return per_element_cost(engine, hw, n, 1.0 if fast else hw.vector.two_sbuf_inputs_cycles_per_element)
+    per_element = 1.0 if fast else hw.vector.two_sbuf_inputs_cycles_per_element
+    # tensor_tensor gets at most the 2x mode (all 16-bit, both inputs in SBUF)
+    mode = min(2.0, performance_mode(engine, hw, streams)) if kinds == {Buffer.sbuf} else 1.0
+    return per_element_cost(engine, hw, n, per_element * stride_slowdown(hw, streams) / mode)
 
 
 def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
@@ -97,6 +134,7 @@ def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
     cost=_tensor_tensor_cost,
     validate=_tensor_tensor_validate,
     choose_engine=_tensor_tensor_engine,
+    dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst)",
 )
 def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits)."""
@@ -160,8 +198,8 @@ def _check_integer_operand(chk: Check, name: str, operand: object) -> None:
 
 
 def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` engine cycles (one operator costs the same as two)."""
-    return per_element_cost(engine, hw, ops.data.free_size)
+    """``max(MIN_II, N)`` cycles of the Vector, Scalar or GpSimd Engine (one operator costs the same as two)."""
+    return per_element_cost(engine, hw, ops.data.free_size, streams=(ops.dst, ops.data))
 
 
 @instruction(
@@ -171,6 +209,7 @@ def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> C
     cost=_tensor_scalar_cost,
     validate=_tensor_scalar_validate,
     choose_engine=_choose_vector,
+    dtypes="integer types for bitvec ops; any for arithmetic, operand0/operand1 fp32",
 )
 def tensor_scalar(ops: TensorScalarOps, state: EngineState) -> None:
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or ``(P, 1)`` columns."""
@@ -213,8 +252,8 @@ def _tensor_copy_validate(ops: TensorCopyOps, chk: Check) -> None:
 
 
 def _tensor_copy_cost(ops: TensorCopyOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` engine cycles."""
-    return per_element_cost(engine, hw, ops.src.free_size)
+    """``max(MIN_II, N)`` cycles of the Vector, GpSimd or Scalar Engine."""
+    return per_element_cost(engine, hw, ops.src.free_size, streams=(ops.dst, ops.src))
 
 
 @instruction(
@@ -224,6 +263,7 @@ def _tensor_copy_cost(ops: TensorCopyOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_tensor_copy_cost,
     validate=_tensor_copy_validate,
     choose_engine=_choose_vector,
+    dtypes="any; equal dtypes copy bit-exactly, others cast through fp32",
 )
 def tensor_copy(ops: TensorCopyOps, state: EngineState) -> None:
     """Copy ``src`` to ``dst``: bit-exact for equal dtypes, through float32 otherwise."""
@@ -268,7 +308,7 @@ def _tensor_reduce_validate(ops: TensorReduceOps, chk: Check) -> None:
 
 
 def _tensor_reduce_cost(ops: TensorReduceOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``N/2`` cycles if in and out are bf16 and op is add or max, else ``N`` (at least ``MIN_II``)."""
+    """``max(MIN_II, N/2)`` Vector cycles if data and dst are bf16 and op is add or max, else ``max(MIN_II, N)``."""
     fast = ops.data.dtype == ops.dst.dtype == BF16 and ops.op.name in ("add", "maximum")
     return per_element_cost(engine, hw, ops.data.free_size, hw.vector.fast_path_cycles_per_element if fast else 1.0)
 
@@ -279,6 +319,7 @@ def _tensor_reduce_cost(ops: TensorReduceOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.vector,),
     cost=_tensor_reduce_cost,
     validate=_tensor_reduce_validate,
+    dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst)",
 )
 def tensor_reduce(ops: TensorReduceOps, state: EngineState) -> None:
     """Reduce ``data`` over free ``axis`` with ``op`` in float32; ``negate`` multiplies by -1."""
@@ -302,7 +343,7 @@ class MemsetOps(Operands):
 
 
 def _memset_cost(ops: MemsetOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N/2)`` for zero into bf16/fp16 on Vector, else ``max(MIN_II, N)``."""
+    """``max(MIN_II, N/2)`` Vector cycles for zero into bf16/fp16, else ``max(MIN_II, N)`` Vector or GpSimd cycles."""
     fast = engine is Engine.vector and ops.value == 0 and ops.dst.dtype in (BF16, FP16)
     return per_element_cost(engine, hw, ops.dst.free_size, hw.vector.fast_path_cycles_per_element if fast else 1.0)
 
@@ -319,6 +360,7 @@ def _memset_validate(ops: MemsetOps, chk: Check) -> None:
     cost=_memset_cost,
     validate=_memset_validate,
     choose_engine=_choose_vector,
+    dtypes="any; value cast to dst (an integer for integer dst)",
 )
 def memset(ops: MemsetOps, state: EngineState) -> None:
     """Fill ``dst`` with the constant ``value``."""

@@ -136,7 +136,7 @@ def _tensor_partition_reduce_validate(ops: TensorPartitionReduceOps, chk: Check)
 
 
 def _tensor_partition_reduce_cost(ops: TensorPartitionReduceOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``GPSIMD_START + 2N`` GpSimd cycles (not published; our estimate)."""
+    """``GPSIMD_START + 2N`` GpSimd cycles (estimate)."""
     cycles = hw.gpsimd.startup_cycles + hw.gpsimd.partition_reduce_cycles_per_element * ops.data.free_size
     return engine_cost(hw, engine, cycles)
 
@@ -147,7 +147,7 @@ def _tensor_partition_reduce_cost(ops: TensorPartitionReduceOps, hw: HwConfig, e
     engines=(Engine.gpsimd,),
     cost=_tensor_partition_reduce_cost,
     validate=_tensor_partition_reduce_validate,
-    dtypes="any (bitwise ops: integers)",
+    dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst)",
 )
 def tensor_partition_reduce(ops: TensorPartitionReduceOps, state: EngineState) -> None:
     """``dst[0, ...] = op`` over the partitions of ``data``, in float32 (bitwise ops: on the integer bits)."""
@@ -185,7 +185,7 @@ def _tensor_scalar_reduce_validate(ops: TensorScalarReduceOps, chk: Check) -> No
 
 
 def _tensor_scalar_reduce_cost(ops: TensorScalarReduceOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N) + MIN_II`` Vector cycles."""
+    """``max(MIN_II, N) + MIN_II`` Vector cycles (the second term reads the accumulators into reduce_res)."""
     return with_readout(per_element_cost(engine, hw, ops.data.free_size), hw, engine, ops.reduce_res)
 
 
@@ -195,6 +195,7 @@ def _tensor_scalar_reduce_cost(ops: TensorScalarReduceOps, hw: HwConfig, engine:
     engines=(Engine.vector,),
     cost=_tensor_scalar_reduce_cost,
     validate=_tensor_scalar_reduce_validate,
+    dtypes="any (fp32 math, cast to dst); operand0 fp32; reduce_res floats",
 )
 def tensor_scalar_reduce(ops: TensorScalarReduceOps, state: EngineState) -> None:
     """``dst = data op0 operand0``; ``reduce_res = reduce_op`` of it over every free axis.
@@ -259,7 +260,7 @@ def _tensor_scalar_cumulative_validate(ops: TensorScalarCumulativeOps, chk: Chec
 
 
 def _tensor_scalar_cumulative_cost(ops: TensorScalarCumulativeOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N)`` Vector cycles (not published; one input, as tensor_scalar)."""
+    """``max(MIN_II, N)`` Vector cycles, as tensor_scalar (estimate)."""
     return per_element_cost(engine, hw, ops.src.free_size)
 
 
@@ -269,7 +270,7 @@ def _tensor_scalar_cumulative_cost(ops: TensorScalarCumulativeOps, hw: HwConfig,
     engines=(Engine.vector,),
     cost=_tensor_scalar_cumulative_cost,
     validate=_tensor_scalar_cumulative_validate,
-    dtypes="bf16, fp16, fp32, fp8, (u)int8, (u)int16; no 32-bit integers",
+    dtypes="bf16/fp16/fp32/fp8/(u)int8/(u)int16, no 32-bit integers; imm0, imm1 fp32",
 )
 def tensor_scalar_cumulative(ops: TensorScalarCumulativeOps, state: EngineState) -> None:
     """Running ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` per partition, over the flattened free dims.
@@ -329,6 +330,7 @@ def _tensor_tensor_scan_cost(ops: TensorTensorScanOps, hw: HwConfig, engine: Eng
     engines=(Engine.vector,),
     cost=_tensor_tensor_scan_cost,
     validate=_tensor_tensor_scan_validate,
+    dtypes="any (fp32 math, cast to dst); initial fp32",
 )
 def tensor_tensor_scan(ops: TensorTensorScanOps, state: EngineState) -> None:
     """``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` per partition over the flattened free dims, ``r[-1] = initial``.
@@ -374,7 +376,7 @@ def _scalar_tensor_tensor_validate(ops: ScalarTensorTensorOps, chk: Check) -> No
 
 
 def _scalar_tensor_tensor_cost(ops: ScalarTensorTensorOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``N`` if data and operand1 are bf16, op0 subtract, op1 multiply and N even, else ``2N`` (at least ``MIN_II``)."""
+    """``max(MIN_II, c*N)`` Vector cycles: c=1 if bf16 data/operand1, op0 subtract, op1 multiply, N even; else c=2."""
     n = ops.data.free_size
     fast = (
         dtype_name(ops.data.dtype) == dtype_name(ops.operand1.dtype) == "bfloat16"
@@ -391,6 +393,7 @@ def _scalar_tensor_tensor_cost(ops: ScalarTensorTensorOps, hw: HwConfig, engine:
     engines=(Engine.vector,),
     cost=_scalar_tensor_tensor_cost,
     validate=_scalar_tensor_tensor_validate,
+    dtypes="any, all inputs (fp32 math, cast to dst)",
 )
 def scalar_tensor_tensor(ops: ScalarTensorTensorOps, state: EngineState) -> None:
     """``dst = (data op0 operand0) op1 operand1`` in float32; ``operand0`` broadcasts, ``operand1`` is a tile."""
@@ -447,7 +450,7 @@ def _exponential_validate(ops: ExponentialOps, chk: Check) -> None:
 
 
 def _exponential_cost(ops: ExponentialOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``max(MIN_II, N/4)`` Vector cycles, plus ``MIN_II`` with reduce_res (4x the Scalar exp throughput)."""
+    """``max(MIN_II, N/4)`` Vector cycles, ``+ MIN_II`` with reduce_res: 4x the Scalar exp throughput (estimate)."""
     cost = per_element_cost(engine, hw, ops.src.free_size, hw.vector.exponential_cycles_per_element)
     return with_readout(cost, hw, engine, ops.reduce_res)
 
@@ -459,7 +462,7 @@ def _exponential_cost(ops: ExponentialOps, hw: HwConfig, engine: Engine) -> Cost
     cost=_exponential_cost,
     validate=_exponential_validate,
     min_nc_version=4,
-    dtypes="src: floats (no tf32) and integers; dst: floats and integers (no uint32)",
+    dtypes="src floats (no tf32) or integers; dst floats or integers (no uint32); max_value fp32",
 )
 def exponential(ops: ExponentialOps, state: EngineState) -> None:
     """``dst = exp(src - max_value)`` in float32, with an optional running sum in the Vector accumulators.
@@ -506,6 +509,7 @@ def _reciprocal_cost(ops: ReciprocalOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.vector,),
     cost=_reciprocal_cost,
     validate=_reciprocal_validate,
+    dtypes="any (fp32 math, cast to dst)",
 )
 def reciprocal(ops: ReciprocalOps, state: EngineState) -> None:
     """``dst = 1 / data`` in float32, cast on write."""

@@ -2,11 +2,20 @@
 
 * Compute engines (Sync, Tensor, Vector, Scalar, GpSimd) each run their own
   instructions in program order, one at a time: an instruction starts when its
-  engine is free and its producers are done. Waiting on a producer from another
-  engine or queue costs a semaphore latency.
-* DMAs go to one of the core's DMA queues (the one free earliest), are in order
-  within a queue, wait the fixed trigger latency, then move their bytes at the
-  core's aggregate DMA bandwidth, which concurrent transfers share.
+  engine is free and its producers' results are visible. Waiting on a producer in
+  another engine or queue costs a semaphore latency; reading the result of the
+  instruction just before on the same engine costs the static dependent-instruction
+  overhead. Results become visible an SBUF/PSUM access latency after the last write.
+* The Tensor Engine loads a new stationary tile (LoadStationary) in the background,
+  overlapping the previous matmul; a matmul that reuses the last stationary tile
+  needs no load.
+* The Scalar Engine pays a table switch when the activation function changes.
+* On NeuronCore-v2, Vector and GpSimd share one SBUF port and Vector and Scalar one
+  PSUM port: instructions on such a pair never overlap on that memory.
+* DMAs go to one of the core's DMA queues (the one free earliest), in order within a
+  queue. Each waits the fixed trigger latency, then occupies each DMA engine it is
+  spread over for its share of the bytes; the engines are shared by all queues, and
+  a transfer completes when its last engine does.
 """
 
 from __future__ import annotations
@@ -74,6 +83,9 @@ class Timeline:
         return len(self.opcode)
 
 
+_ENGINE_NAMES = {e.name: e for e in Engine}
+
+
 class Scheduler:
     """Assigns each instruction, in program order, a start and end time."""
 
@@ -84,16 +96,25 @@ class Scheduler:
         self.timeline = Timeline()
         self._engine_free = {e: 0.0 for e in QUEUED_ENGINES}
         self._queue_free = [0.0] * hw.dma.queues
-        self._dma_bandwidth = BandwidthCalendar()
+        self._dma_engines = [BandwidthCalendar() for _ in range(hw.dma.engines)]
         self._last_on_track: dict[str, int] = {}
+        self._stationary: object = None
+        self._load_stationary_free = 0.0
+        self._matmul_start = 0.0
+        self._table: str | None = None
+        self._port_free = {port.name: 0.0 for port in hw.ports}
+        self._ports = {e: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
+
+    def _track(self, engine: Engine) -> tuple[str, int]:
+        if engine is Engine.dma:
+            queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
+            return f"DMA q{queue}", queue
+        return engine.title, -1
 
     def earliest_start(self, engine: Engine, reads: list[Region], writes: list[Region]) -> float:
         """When an instruction could start now (its data ready, its engine or queue free), without placing it."""
-        if engine is Engine.dma:
-            queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
-            track, free = f"DMA q{queue}", self._queue_free[queue]
-        else:
-            track, free = engine.title, self._engine_free[engine]
+        track, queue = self._track(engine)
+        free = self._queue_free[queue] if queue >= 0 else self._engine_free[engine]
         ready, _ = self.tracker.ready(reads, writes, self._track_ids.get(track, len(self._track_ids)))
         return max(ready, free)
 
@@ -112,38 +133,80 @@ class Scheduler:
         ``not_before`` holds it back until another core is ready too (``core_barrier``, ``sendrecv``).
         """
         tl = self.timeline
-        if engine is Engine.dma:
-            queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
-            track = f"DMA q{queue}"
-        else:
-            queue = -1
-            track = engine.title
+        track, queue = self._track(engine)
         track_id = self._track_ids.setdefault(track, len(self._track_ids))
         ready, producer = self.tracker.ready(reads, writes, track_id)
+        previous = self._last_on_track.get(track, -1)
         if not_before > ready:
             ready, producer = not_before, -1
-        free = self._queue_free[queue] if queue >= 0 else self._engine_free[engine]
-        start = max(ready, free)
         if queue >= 0:
-            data_start = self._dma_bandwidth.book(start + cost.latency_ns, cost.busy_ns)
-            end = data_start + cost.busy_ns
-            self._queue_free[queue] = end
+            free = self._queue_free[queue]
+            start, end = self._place_dma(queue, max(ready, free), cost)
+            busy = cost.busy_ns
         else:
-            end = start + cost.busy_ns + cost.latency_ns
-            self._engine_free[engine] = start + cost.busy_ns
+            if producer >= 0 and producer == previous:
+                ready += self._static_ns(engine, "dependent_overhead_cycles")
+            free = self._engine_free[engine]
+            start, busy = self._place_compute(engine, ready, free, cost, reads + writes)
+            end = start + busy + cost.latency_ns
+        # results are readable an SBUF/PSUM access latency after the last write
+        visible = end + (0.0 if queue >= 0 else self._static_ns(engine, "access_latency_cycles"))
         index = len(tl)
-        previous = self._last_on_track.get(track, -1)
         self._last_on_track[track] = index
         tl.pred.append(producer if ready > free else previous)
         tl.wait_ns.append(max(0.0, ready - free))
-        self.tracker.commit(reads, writes, end, index, track_id)
+        self.tracker.commit(reads, writes, visible, index, track_id)
         tl.opcode.append(opcode)
         tl.track.append(track)
         tl.start_ns.append(start)
         tl.end_ns.append(end)
-        tl.busy_ns.append(cost.busy_ns)
+        tl.busy_ns.append(busy)
         tl.source.append(source)
         tl.producer.append(producer)
         tl.bytes.append(cost.bytes)
         tl.flops.append(cost.flops)
+        return start, end
+
+    def _static_ns(self, engine: Engine, cycles_field: str) -> float:
+        """A per-engine static cost in ns (the Tensor Engine has none of these)."""
+        if engine is Engine.tensor:
+            return 0.0
+        return getattr(self.hw.engine(engine), cycles_field) / self.hw.clock_ghz(engine)
+
+    def _place_compute(
+        self, engine: Engine, ready: float, free: float, cost: Cost, regions: list[Region]
+    ) -> tuple[float, float]:
+        """Start and occupancy of a compute instruction, after its setup stage and shared ports."""
+        busy = cost.busy_ns
+        start = max(ready, free)
+        if cost.setup_ns and cost.setup_key != self._stationary:
+            # LoadStationary runs on its own stage, in the background of the previous matmul.
+            load_start = max(ready, self._load_stationary_free, self._matmul_start)
+            self._load_stationary_free = load_start + cost.setup_ns
+            start = max(start, self._load_stationary_free)
+        if cost.setup_key is not None:
+            self._stationary = cost.setup_key
+        if engine is Engine.scalar and cost.table is not None and cost.table != self._table:
+            if self._table is not None:
+                busy += self.hw.scalar.table_switch_cycles / self.hw.scalar.clock_ghz
+            self._table = cost.table
+        ports = [p.name for p in self._ports[engine] if any(r.storage.kind == p.memory for r in regions)]
+        for port in ports:
+            start = max(start, self._port_free[port])
+        for port in ports:
+            self._port_free[port] = start + busy
+        self._engine_free[engine] = start + busy
+        if engine is Engine.tensor:
+            self._matmul_start = start
+        return start, busy
+
+    def _place_dma(self, queue: int, start: float, cost: Cost) -> tuple[float, float]:
+        """Book the transfer on each DMA engine it uses; it ends when the last of them does."""
+        first, count = cost.dma_engines or (0, len(self._dma_engines))
+        earliest = start + cost.latency_ns
+        end = earliest
+        for engine in range(first, first + count):
+            booked = self._dma_engines[engine % len(self._dma_engines)].book(earliest, cost.busy_ns)
+            end = max(end, booked + cost.busy_ns)
+        self._queue_free[queue] = end
         return start, end
