@@ -14,12 +14,14 @@ import inspect
 import os
 import runpy
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 import nkisim
 from nkisim.alias import is_installed
+from nkisim.frontend.context import progress_hook
 from nkisim.frontend.simulate import run_capturing, written_inputs
 from nkisim.hw import generation_names
 from nkisim.memory import dtype_name, to_dtype
@@ -210,9 +212,89 @@ def _add_run_command(commands: Any) -> None:
     run_cmd.add_argument("--save", default=None, help="save outputs (and inputs the kernel wrote) to this .npz")
 
 
+def read_specs(shapes: list[str]) -> list[nkisim.ArraySpec]:
+    """``128x512:bfloat16`` items as (shape, dtype) inputs, for a timing-only profile."""
+    specs = []
+    for item in shapes:
+        dims, _, dtype = item.partition(":")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"shape {item!r} is not like 128x512:float32") from None
+        specs.append(nkisim.ArraySpec(shape, _dtype(dtype or "float32")))
+    return specs
+
+
+class _Progress:
+    """A one-line progress report on stderr for long simulations (instructions so far and their rate)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, count: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        if elapsed < 1.0:
+            return
+        self.shown = True
+        print(f"\r  simulating: {count:,} instructions, {elapsed:.1f} s ({count / elapsed:,.0f}/s)",
+              end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def profile_file(args: argparse.Namespace) -> int:
+    """``python -m nkisim profile``: the timeline of a kernel on shapes (no values) or on input files."""
+    installed_here = not is_installed()
+    nkisim.install_nki_alias()
+    progress = _Progress()
+    try:
+        kernel = load_kernel(args.kernel)
+        inputs: list[Any] = read_inputs(args.inputs, [], args.seed) + read_specs(args.shapes)
+        kwargs = _keyword_args(args.arg)
+        func = kernel.func if isinstance(kernel, nkisim.Kernel) else kernel
+        try:
+            bound = inspect.signature(func).bind(*inputs, **kwargs).arguments
+        except TypeError as exc:
+            raise UsageError(f"the inputs do not fit {func.__qualname__}: {exc}") from None
+        with progress_hook(progress):
+            profile = nkisim.profile(kernel, dict(bound), target=args.target)
+    finally:
+        progress.done()
+        if installed_here:
+            nkisim.uninstall_nki_alias()
+    print(profile.table(lines=args.lines))
+    if args.html:
+        profile.to_html(args.html)
+        print(f"HTML report written to {args.html}")
+    if args.trace:
+        profile.to_perfetto(args.trace)
+        print(f"Perfetto trace written to {args.trace} (open it at https://ui.perfetto.dev)")
+    return 0
+
+
+def _add_profile_command(commands: Any) -> None:
+    cmd = commands.add_parser(
+        "profile",
+        help="profile a kernel file on shapes alone (no values computed) and print where the time goes",
+        description="Profile a kernel: with --shapes only, the timing model runs without computing values.",
+    )
+    cmd.add_argument("kernel", help="path/to/kernel.py:function")
+    cmd.add_argument("--shapes", nargs="*", default=[], help="inputs by shape and dtype, like 4096x8192:bfloat16")
+    cmd.add_argument("--inputs", nargs="*", default=[], help="input arrays (.npy/.npz), before the --shapes ones")
+    cmd.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    cmd.add_argument("--arg", action="append", default=[], help="a keyword argument NAME=VALUE (Python literal)")
+    cmd.add_argument("--target", default=None, help=f"hardware generation ({', '.join(generation_names())})")
+    cmd.add_argument("--lines", type=int, default=10, help="kernel lines to list (default 10)")
+    cmd.add_argument("--html", default=None, help="write an HTML report with an SVG timeline here")
+    cmd.add_argument("--trace", default=None, help="write a Perfetto trace here")
+
+
 def _run_command(args: argparse.Namespace) -> int:
     try:
-        return run_file(args)
+        return profile_file(args) if args.command == "profile" else run_file(args)
     except (UsageError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -229,8 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     demo_cmd.add_argument("--trace", default="nkisim_demo.perfetto.json", help="Perfetto trace path ('' for none)")
     commands.add_parser("isa-doc", help="print the instruction table of docs/isa.md")
     _add_run_command(commands)
+    _add_profile_command(commands)
     args = parser.parse_args(argv)
-    if args.command == "run":
+    if args.command in ("run", "profile"):
         return _run_command(args)
     if args.command == "isa-doc":
         from nkisim.isa.catalog import isa_markdown

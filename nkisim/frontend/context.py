@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -12,7 +14,7 @@ from nkisim.frontend.launch import Launch, Peer, SharedHbmMemory
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
 from nkisim.isa.common import check_common
-from nkisim.memory import MemorySystem
+from nkisim.memory import MemorySystem, Tensor
 from nkisim.sim import Scheduler
 
 
@@ -94,9 +96,14 @@ class KernelContext:
         if synchronise is not None:  # core_barrier, sendrecv: meet the other program
             arrival = self.scheduler.earliest_start(engine, read_regions, write_regions)
             not_before, cost = synchronise(ops, self.peer, arrival, cost, self.compute, chk)
-        self.scheduler.schedule(name, engine, cost, read_regions, write_regions, loc, not_before=not_before)
+        self.scheduler.schedule(
+            name, engine, cost, read_regions, write_regions, loc, not_before=not_before, args=_summary(ops)
+        )
         if self.peer is not None:
             self.peer.yield_turn()
+        hook = _PROGRESS.get()
+        if hook is not None and len(self.scheduler.timeline) % PROGRESS_EVERY == 0:
+            hook(len(self.scheduler.timeline))
 
     def _engine(self, spec: InstructionSpec, ops: Any, loc: SourceLoc) -> Engine:
         requested = ops.engine if "engine" in spec.operands.model_fields else Engine.unknown
@@ -111,6 +118,15 @@ class KernelContext:
                 operand="engine",
             )
         return requested
+
+
+def _summary(ops: Any) -> tuple[tuple[str, object], ...]:
+    """The operands for the profile: tensors as (buffer, dtype, shape), other values as they are."""
+    return tuple(
+        (key, (value.buffer.value, value.dtype, value.shape) if isinstance(value, Tensor) else value)
+        for key, value in ops.__dict__.items()
+        if value is not None and key != "name" and not isinstance(value, (list, tuple))
+    )
 
 
 def _operand_error(spec: InstructionSpec, hw: HwConfig, loc: SourceLoc, exc: ValidationError) -> OperandError:
@@ -131,6 +147,19 @@ def _short(value: object) -> str:
 
 
 _CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)
+_PROGRESS: ContextVar[Callable[[int], None] | None] = ContextVar("nkisim_progress", default=None)
+#: How many instructions pass between calls of a progress hook.
+PROGRESS_EVERY = 4096
+
+
+@contextlib.contextmanager
+def progress_hook(hook: Callable[[int], None]) -> Iterator[None]:
+    """Call ``hook(instructions so far)`` every ``PROGRESS_EVERY`` instructions while kernels run."""
+    token = _PROGRESS.set(hook)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 def current_context() -> KernelContext:

@@ -6,6 +6,8 @@ import html
 import os
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from nkisim.report.profile import Profile
 
@@ -17,16 +19,20 @@ _ROW = 22
 _DETAIL_LIMIT = 5000
 
 
-def _spans(intervals: list[tuple[float, float, str, str]], scale: float) -> list[tuple[float, float, str, str]]:
-    """Merge bars closer than a pixel, so huge timelines stay light."""
-    merged: list[tuple[float, float, str, str]] = []
-    for start, end, opcode, title in sorted(intervals):
-        if merged and start * scale - merged[-1][1] * scale < 1.0:
-            last = merged[-1]
-            merged[-1] = (last[0], max(last[1], end), last[2] if last[2] == opcode else "mixed", "")
-        else:
-            merged.append((start, end, opcode, title))
-    return merged
+def _occupancy(intervals: list[tuple[float, float, str, str]], scale: float, pixels: int) -> np.ndarray:
+    """The busy fraction of each pixel column, for timelines too dense to draw bar by bar.
+
+    The busy time before ``t`` is piecewise linear over the sorted intervals (a track's
+    intervals do not overlap), so each column's share is a difference of two lookups.
+    """
+    spans = np.array(sorted((s, e) for s, e, _, _ in intervals), dtype=float).reshape(-1, 2)
+    durations = spans[:, 1] - spans[:, 0]
+    before = np.concatenate([[0.0], np.cumsum(durations)[:-1]])
+    times = spans.reshape(-1)
+    busy = np.stack([before, before + durations], axis=1).reshape(-1)
+    edges = np.arange(pixels + 1) / scale
+    covered = np.interp(edges, times, busy, left=0.0, right=float(busy[-1]) if len(busy) else 0.0)
+    return np.clip(np.diff(covered) * scale, 0.0, 1.0)
 
 
 def render_html(profile: Profile) -> str:
@@ -52,7 +58,8 @@ def render_html(profile: Profile) -> str:
         parts.append(f'<rect x="{_LABEL}" y="{y}" width="{_WIDTH - _LABEL - 10}" height="{_ROW - 4}" fill="#f3f3f3"/>')
         bars = by_track[track]
         if len(records) > _DETAIL_LIMIT:
-            bars = _spans(bars, scale)
+            parts.extend(_occupancy_bars(bars, scale, y, color))
+            continue
         for start, end, opcode, title in bars:
             x = _LABEL + start * scale
             w = max((end - start) * scale, 0.5)
@@ -75,6 +82,21 @@ def render_html(profile: Profile) -> str:
         f"<h2>nkisim profile: {title}</h2><div>{legend}</div>{''.join(parts)}"
         f"<pre>{html.escape(profile.table())}</pre></body></html>\n"
     )
+
+
+def _occupancy_bars(
+    bars: list[tuple[float, float, str, str]], scale: float, y: int, colors: dict[str, str]
+) -> list[str]:
+    """One bar a pixel column, as tall as the track was busy there, in its commonest opcode's colour."""
+    pixels = _WIDTH - _LABEL - 10
+    opcodes = [b[2] for b in bars]
+    fill = colors[max(set(opcodes), key=opcodes.count)]
+    out = []
+    for x, fraction in enumerate(_occupancy(bars, scale, pixels)):
+        if fraction > 0:
+            h = (_ROW - 4) * fraction
+            out.append(f'<rect x="{_LABEL + x}" y="{y + _ROW - 4 - h:.1f}" width="1" height="{h:.1f}" fill="{fill}"/>')
+    return out
 
 
 def write_html(profile: Profile, path: str | os.PathLike[str]) -> None:

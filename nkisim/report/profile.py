@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from nkisim.hw import HwConfig, load_target
+from nkisim.memory.dtypes import dtype_name
 from nkisim.report import analysis
 from nkisim.sim import Timeline
 
@@ -245,14 +246,19 @@ class Profile:
             events.append(
                 {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid[name], "args": {"sort_index": tid[name]}}
             )
-        for rec in self.instructions:
+        for rec, operands in zip(self.instructions, self._tl.args):
             args: dict[str, object] = {"index": rec.index, "source": rec.source}
+            args.update((key, _describe(value)) for key, value in operands)
             if rec.bytes:
                 args["bytes"] = rec.bytes
             if rec.flops:
                 args["flops"] = rec.flops
             if rec.producer >= 0:
                 args["waits_for"] = rec.producer
+                producer = self.instructions[rec.producer]
+                flow = {"name": "dependency", "cat": "dependency", "pid": 1, "id": rec.index}
+                events.append({**flow, "ph": "s", "tid": tid[producer.engine], "ts": producer.end_ns / 1000.0})
+                events.append({**flow, "ph": "f", "bp": "e", "tid": tid[rec.engine], "ts": rec.start_ns / 1000.0})
             events.append(
                 {
                     "name": rec.opcode,
@@ -267,6 +273,15 @@ class Profile:
             )
         with open(path, "w") as fh:
             json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, fh)
+
+
+def _describe(value: object) -> str:
+    """An operand as the trace shows it: ``sbuf float32[128, 512]``, ``nl.add``, ``2.0``."""
+    if isinstance(value, tuple) and len(value) == 3 and isinstance(value[2], tuple):
+        buffer, dtype, shape = value
+        return f"{buffer} {dtype_name(dtype)}[{', '.join(map(str, shape))}]"  # type: ignore[arg-type]
+    name = getattr(value, "name", None)
+    return f"{type(value).__name__}.{name}" if isinstance(name, str) and hasattr(value, "value") else repr(value)
 
 
 def _track_order(name: str) -> tuple[int, int]:

@@ -78,6 +78,9 @@ class Timeline:
     wait_ns: list[float] = field(default_factory=list)
     bytes: list[int] = field(default_factory=list)
     flops: list[float] = field(default_factory=list)
+    #: The instruction's operands, as ``(argument, value)`` pairs with tensors described by
+    #: ``(buffer, dtype, shape)`` (kept small: no tensor objects, which would hold memory).
+    args: list[tuple[tuple[str, object], ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.opcode)
@@ -127,6 +130,7 @@ class Scheduler:
         writes: list[Region],
         source: SourceLoc,
         not_before: float = 0.0,
+        args: tuple[tuple[str, object], ...] = (),
     ) -> tuple[float, float]:
         """Place one instruction on the timeline; returns its (start, end) in ns.
 
@@ -165,6 +169,7 @@ class Scheduler:
         tl.producer.append(producer)
         tl.bytes.append(cost.bytes)
         tl.flops.append(cost.flops)
+        tl.args.append(args)
         return start, end
 
     def _static_ns(self, engine: Engine, cycles_field: str) -> float:
