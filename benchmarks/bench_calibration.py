@@ -55,7 +55,7 @@ def main() -> None:
         if args.html:
             args.html.mkdir(parents=True, exist_ok=True)
             profile.to_html(args.html / f"{name}.html")
-            profile.to_perfetto(args.html / f"{name}.perfetto.json")
+            profile.to_perfetto(args.html / f"{name}.perfetto.json.gz")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections import defaultdict
@@ -234,7 +235,8 @@ class Profile:
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
         """Write a Chrome/Perfetto trace JSON: one track per engine and per DMA queue.
 
-        Open it at ui.perfetto.dev or chrome://tracing. Times are in microseconds.
+        Open it at ui.perfetto.dev or chrome://tracing. Times are in microseconds. A path
+        ending in ``.gz`` is written gzip-compressed (both viewers open it).
         """
         tracks = sorted(set(self._tl.track), key=lambda t: (_split_core(t)[0], _track_order(_split_core(t)[1])))
         tid = {name: i + 1 for i, name in enumerate(tracks)}
@@ -271,7 +273,8 @@ class Profile:
                     "args": args,
                 }
             )
-        with open(path, "w") as fh:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "wt") as fh:
             json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, fh)
 
 
