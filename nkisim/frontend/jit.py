@@ -71,7 +71,7 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if is_running():
             return self.func(*args, **kwargs)
-        framework = _framework_of((*args, *kwargs.values()))
+        framework = framework_of((*args, *kwargs.values()))
         if framework == "torch":
             from nkisim.torch import call as torch_call
 
@@ -94,14 +94,16 @@ def _target(name: str | HwConfig | None) -> HwConfig:
         raise TargetError(str(exc)) from None
 
 
-def _framework_of(values: tuple[Any, ...]) -> str:
-    """``torch`` or ``jax`` when an argument is one of their arrays (without importing either)."""
+def framework_of(values: tuple[Any, ...]) -> str:
+    """``torch`` or ``jax`` when an argument (or an item of a tuple or list argument) is one of
+    their arrays, else ``numpy``; neither framework is imported."""
     for value in values:
-        module = type(value).__module__
-        if module.startswith("torch"):
-            return "torch"
-        if module.startswith(("jax", "jaxlib")):
-            return "jax"
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            module = type(item).__module__
+            if module.startswith("torch"):
+                return "torch"
+            if module.startswith(("jax", "jaxlib")):
+                return "jax"
     return "numpy"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.frontend.jit import Kernel, RunResult, _as_inputs, run
+from nkisim.frontend.jit import Kernel, RunResult, _as_inputs, framework_of, run
 from nkisim.memory import Tensor
 
 
@@ -88,7 +88,7 @@ class Simulated:
         return Simulated(kernel[grid], self.target)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        framework = _framework(args, kwargs)
+        framework = framework_of((*args, *kwargs.values()))
         np_args = tuple(_to_numpy(a, framework) for a in args)
         np_kwargs = {k: _to_numpy(v, framework) for k, v in kwargs.items()}
         result, tensors = run_capturing(self.kernel, np_args, np_kwargs, self.target)
@@ -127,17 +127,6 @@ def simulate(kernel: Any, *, target: Any = None) -> Simulated:
 
 # -- frameworks -----------------------------------------------------------------------
 
-
-def _framework(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    for value in (*args, *kwargs.values()):
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        for item in items:
-            module = type(item).__module__
-            if module.startswith("torch"):
-                return "torch"
-            if module.startswith(("jax", "jaxlib")):
-                return "jax"
-    return "numpy"
 
 
 def _to_numpy(value: Any, framework: str) -> Any:

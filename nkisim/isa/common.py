@@ -129,3 +129,12 @@ def free_size_limit(chk: Check, name: str, t: Tensor) -> None:
     """Elements per partition must fit the physical partition."""
     if t.free_size * t.itemsize > chk.hw.sbuf.bytes_per_partition:
         chk.fail(ShapeError, name, f"{t.free_size} elements per partition exceed the SBUF partition size")
+
+
+def affine_values(partitions: int, pattern: list | tuple, offset: int, channel_multiplier: int) -> np.ndarray:
+    """``offset + c * channel_multiplier + sum(step * index)`` as int64 ``(partitions, elements)``."""
+    inner = np.zeros(1, dtype=np.int64)
+    for step, num in pattern:
+        inner = (inner[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    channel = np.arange(partitions, dtype=np.int64).reshape(partitions, 1) * channel_multiplier
+    return offset + channel + inner[None, :]

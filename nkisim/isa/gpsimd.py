@@ -6,7 +6,7 @@ import numpy as np
 
 from nkisim.errors import OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
-from nkisim.isa.common import check_in, write
+from nkisim.isa.common import affine_values, check_in, write
 from nkisim.isa.spec import Check, Cost, EngineState, Operands, Out, engine_cost, instruction
 from nkisim.memory import Buffer
 
@@ -42,12 +42,7 @@ def _iota_cost(ops: IotaOps, hw: HwConfig, engine: Engine) -> Cost:
 )
 def iota(ops: IotaOps, state: EngineState) -> None:
     """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` in int32."""
-    p = ops.dst.partitions
-    values = np.full((p, 1), ops.offset, dtype=np.int64) + np.arange(p).reshape(p, 1) * ops.channel_multiplier
-    inner = np.zeros(1, dtype=np.int64)
-    for step, num in ops.pattern:
-        inner = (inner[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    wrapped = (values + inner[None, :]).astype(np.int32)
+    wrapped = affine_values(ops.dst.partitions, ops.pattern, ops.offset, ops.channel_multiplier).astype(np.int32)
     if ops.dst.dtype == np.int32:
         ops.dst.array[...] = wrapped.reshape(ops.dst.shape)
     else:

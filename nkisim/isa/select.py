@@ -13,6 +13,7 @@ from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
 from nkisim.isa.common import (
+    affine_values,
     as_rows,
     check_in,
     check_not_both_psum,
@@ -75,15 +76,6 @@ def _affine_select_validate(ops: AffineSelectOps, chk: Check) -> None:
     if np.isfinite(value) and abs(value) > float(np.finfo(np.float32).max):
         chk.fail(DtypeError, "on_false_value", f"{value} is not a float32 value")
     check_one_of(chk, "cmp_op", ops.cmp_op, _COMPARISONS)
-
-
-def affine_values(partitions: int, pattern: list | tuple, offset: int, channel_multiplier: int) -> np.ndarray:
-    """``offset + c * channel_multiplier + sum(step * index)`` as int64 ``(partitions, elements)``."""
-    inner = np.zeros(1, dtype=np.int64)
-    for step, num in pattern:
-        inner = (inner[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    channel = np.arange(partitions, dtype=np.int64).reshape(partitions, 1) * channel_multiplier
-    return offset + channel + inner[None, :]
 
 
 def _affine_select_cost(ops: AffineSelectOps, hw: HwConfig, engine: Engine) -> Cost:
