@@ -48,6 +48,11 @@ class BandwidthCalendar:
         self._insert(i, start, start + duration)
         return start
 
+    def copy(self) -> BandwidthCalendar:
+        twin = BandwidthCalendar()
+        twin._starts, twin._ends = list(self._starts), list(self._ends)
+        return twin
+
     def _insert(self, i: int, start: float, end: float) -> None:
         starts, ends = self._starts, self._ends
         if i > 0 and ends[i - 1] >= start:
@@ -99,7 +104,9 @@ class Scheduler:
         self.timeline = Timeline()
         self._engine_free = {e: 0.0 for e in QUEUED_ENGINES}
         self._queue_free = [0.0] * hw.dma.queues
-        self._dma_engines = [BandwidthCalendar() for _ in range(hw.dma.engines)]
+        # While every transfer has used all DMA engines their calendars are identical: keep one.
+        self._all_dma_engines: BandwidthCalendar | None = BandwidthCalendar()
+        self._dma_engines: list[BandwidthCalendar] = []
         self._last_on_track: dict[str, int] = {}
         self._stationary: object = None
         self._load_stationary_free = 0.0
@@ -207,11 +214,19 @@ class Scheduler:
 
     def _place_dma(self, queue: int, start: float, cost: Cost) -> tuple[float, float]:
         """Book the transfer on each DMA engine it uses; it ends when the last of them does."""
-        first, count = cost.dma_engines or (0, len(self._dma_engines))
+        engines = self.hw.dma.engines
+        first, count = cost.dma_engines or (0, engines)
         earliest = start + cost.latency_ns
+        if self._all_dma_engines is not None:
+            if count == engines:
+                end = self._all_dma_engines.book(earliest, cost.busy_ns) + cost.busy_ns
+                self._queue_free[queue] = end
+                return start, end
+            self._dma_engines = [self._all_dma_engines.copy() for _ in range(engines)]
+            self._all_dma_engines = None
         end = earliest
         for engine in range(first, first + count):
-            booked = self._dma_engines[engine % len(self._dma_engines)].book(earliest, cost.busy_ns)
+            booked = self._dma_engines[engine % engines].book(earliest, cost.busy_ns)
             end = max(end, booked + cost.busy_ns)
         self._queue_free[queue] = end
         return start, end
