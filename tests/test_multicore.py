@@ -90,10 +90,12 @@ def test_uneven_work_the_total_is_the_busier_core():
 
     prof = nkisim.run(kernel[2], [], target="trn2").profile
     per_op = max(hw.vector.min_ii_cycles, 512) / hw.vector.clock_ghz
+    # each add reads the one before it: access latency and dependent-instruction overhead between them
+    gap = (hw.vector.access_latency_cycles + hw.vector.dependent_overhead_cycles) / hw.vector.clock_ghz
     core1 = [r for r in prof.instructions if r.engine == "core1 Vector"]
     assert len(core1) == 5  # memset and 4 adds
     assert prof.total_ns == pytest.approx(core1[-1].end_ns)
-    assert core1[-1].end_ns - core1[1].start_ns == pytest.approx(4 * per_op)
+    assert core1[-1].end_ns - core1[1].start_ns == pytest.approx(4 * per_op + 3 * gap)
 
 
 def test_program_ids_and_grid_queries():
@@ -211,7 +213,9 @@ def test_sendrecv_starts_when_the_later_core_is_ready(target):
     recs = {r.engine.split(" ")[0]: [] for r in prof.instructions}
     for r in prof.instructions:
         recs[r.engine.split(" ")[0]].append(r)
-    core1_ready = recs["core1"][-2].end_ns + hw.sync.semaphore_latency_ns  # last add on Vector, then a semaphore
+    # the last add on Vector, visible an access latency after its end, then a semaphore
+    access = hw.vector.access_latency_cycles / hw.vector.clock_ghz
+    core1_ready = recs["core1"][-2].end_ns + access + hw.sync.semaphore_latency_ns
     nbytes = p * f * 4
     for core in ("core0", "core1"):
         send = recs[core][-1]
@@ -276,13 +280,17 @@ def test_barrier_orders_writes_of_both_cores_before_reads(target, engine):
     writes = [recs[[r.opcode for r in recs].index("core_barrier") - 1] for recs in by_core.values()]
     arrival = max(w.end_ns for w in writes) + hw.sync.semaphore_latency_ns  # the later write, then a semaphore
     engine_name = "GpSimd" if engine is None else engine.title
+    # the barrier is done an engine access latency after it ends (none on the Sync engine)
+    cfg = {"GpSimd": hw.gpsimd, "Sync": hw.sync_engine, "Vector": hw.vector}[engine_name]
+    done = cfg.access_latency_cycles / cfg.clock_ghz
+    assert (done == 0) == (engine_name == "Sync")
     for core, recs in by_core.items():
         barrier = next(r for r in recs if r.opcode == "core_barrier")
         assert barrier.engine == f"{core} {engine_name}"
         assert barrier.start_ns == pytest.approx(arrival)
         assert barrier.end_ns == pytest.approx(arrival + hw.sync.remote_semaphore_latency_ns)
         read = recs[recs.index(barrier) + 1]
-        assert read.start_ns == pytest.approx(barrier.end_ns + hw.sync.semaphore_latency_ns)
+        assert read.start_ns == pytest.approx(barrier.end_ns + done + hw.sync.semaphore_latency_ns)
 
 
 # -- rules and failures ---------------------------------------------------------------

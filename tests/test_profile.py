@@ -83,16 +83,27 @@ def test_total_ns_is_the_last_result(profile):
     assert min(rec.start_ns for rec in profile.instructions) == 0.0
 
 
+def dma_busy_ns(hw, nbytes):
+    """A [P, N] fp32 transfer between HBM and SBUF: 16 DMA engines, 2 KiB rows at the table's efficiency."""
+    assert (N * 4, 0.80) in hw.dma.payload_efficiency
+    rate = min(hw.dma.engines * hw.dma.bytes_per_ns_per_engine, hw.hbm.bandwidth_bytes_per_ns)
+    return nbytes / (rate * 0.80)
+
+
+def access_ns(cfg):
+    """When a compute engine's result is visible after its end (the SBUF/PSUM access latency)."""
+    return cfg.access_latency_cycles / cfg.clock_ghz
+
+
 def test_total_ns_of_the_mixed_kernel_from_the_formulas(profile):
-    """load a | load b (shared bandwidth) -> add (Vector) -> exp (Scalar) -> store; the rest runs alongside."""
+    """load a | load b (shared engines) -> add (Vector) -> exp (Scalar) -> store; the rest runs alongside."""
     hw = load_target("trn1")
-    nbytes = P * N * 4
-    bw = hw.dma.engines * hw.dma.bytes_per_ns_per_engine
+    busy = dma_busy_ns(hw, P * N * 4)
     lat, sem = hw.dma.fixed_latency_ns, hw.sync.semaphore_latency_ns
-    loads_end = lat + 2 * nbytes / bw
+    loads_end = lat + 2 * busy
     add = max(hw.vector.min_ii_cycles, 2 * N) / hw.vector.clock_ghz
     exp = max(hw.scalar.min_ii_cycles, N) / hw.scalar.clock_ghz
-    expected = loads_end + sem + add + sem + exp + sem + lat + nbytes / bw
+    expected = loads_end + sem + add + access_ns(hw.vector) + sem + exp + access_ns(hw.scalar) + sem + lat + busy
     assert profile.total_ns == pytest.approx(expected, rel=REL)
 
 
@@ -138,7 +149,8 @@ def test_records_carry_start_end_and_costs(profile):
     assert matmul.duration_ns == pytest.approx(fp32_cycles / hw.tensor.clock_ghz, rel=REL)
     assert matmul.flops == 2 * P * P * N
     iota = recs["iota5"]
-    assert iota.start_ns == 0.0
+    # independent, but on NeuronCore-v2 GpSimd waits for Vector's SBUF port: it follows the add
+    assert iota.start_ns == pytest.approx(add.end_ns, rel=REL)
     assert iota.duration_ns == pytest.approx((hw.gpsimd.startup_cycles + N) / hw.gpsimd.clock_ghz, rel=REL)
     for rec in (recs["dma_copy0"], recs["dma_copy1"], recs["dma_copy6"]):
         assert rec.bytes == P * N * 4
@@ -160,7 +172,6 @@ def test_engine_busy_ns_keys(profile):
 def test_engine_busy_ns_values(profile):
     hw = load_target("trn1")
     busy = profile.engine_busy_ns
-    bw = hw.dma.engines * hw.dma.bytes_per_ns_per_engine
     assert busy["Sync"] == 0.0
     assert busy["Vector"] == pytest.approx(max(hw.vector.min_ii_cycles, 2 * N) / hw.vector.clock_ghz, rel=REL)
     assert busy["Scalar"] == pytest.approx(max(hw.scalar.min_ii_cycles, N) / hw.scalar.clock_ghz, rel=REL)
@@ -168,7 +179,7 @@ def test_engine_busy_ns_values(profile):
     assert busy["Tensor"] == pytest.approx(fp32_cycles / hw.tensor.clock_ghz, rel=REL)
     assert busy["GpSimd"] == pytest.approx((hw.gpsimd.startup_cycles + N) / hw.gpsimd.clock_ghz, rel=REL)
     # DMA: time with bytes moving (fixed latency excluded); the three transfers never overlap.
-    assert busy["DMA"] == pytest.approx(3 * P * N * 4 / bw, rel=REL)
+    assert busy["DMA"] == pytest.approx(3 * dma_busy_ns(hw, P * N * 4), rel=REL)
 
 
 def test_engine_utilisation_is_busy_over_total(profile):
@@ -230,13 +241,38 @@ def test_perfetto_writes_valid_chrome_trace_json(profile, tmp_path):
     data = load_trace(profile, tmp_path)
     assert data.get("displayTimeUnit", "ms") in ("ms", "ns")
     for ev in data["traceEvents"]:
-        assert ev["ph"] in ("X", "M")
+        assert ev["ph"] in ("X", "M", "s", "f")  # complete events, metadata, dependency flow arrows
         assert isinstance(ev["name"], str)
         assert isinstance(ev["pid"], int)
         if ev["ph"] == "X":
             assert isinstance(ev["tid"], int)
             assert math.isfinite(ev["ts"]) and math.isfinite(ev["dur"])
             assert ev["dur"] >= 0
+
+
+def test_perfetto_flow_arrows_join_each_instruction_to_its_producer(profile, tmp_path):
+    events = load_trace(profile, tmp_path)["traceEvents"]
+    names = thread_names(events)
+    starts = {ev["id"]: ev for ev in events if ev["ph"] == "s"}
+    finishes = {ev["id"]: ev for ev in events if ev["ph"] == "f"}
+    waiting = [rec for rec in profile.instructions if rec.producer >= 0]
+    assert waiting and set(starts) == set(finishes) == {rec.index for rec in waiting}
+    for rec in waiting:
+        producer = profile.instructions[rec.producer]
+        assert starts[rec.index]["ts"] == pytest.approx(producer.end_ns / 1000.0, rel=REL, abs=1e-12)
+        assert names[(1, starts[rec.index]["tid"])] == producer.engine
+        assert finishes[rec.index]["ts"] == pytest.approx(rec.start_ns / 1000.0, rel=REL, abs=1e-12)
+        assert names[(1, finishes[rec.index]["tid"])] == rec.engine
+
+
+def test_perfetto_events_carry_the_operands(profile, tmp_path):
+    events = load_trace(profile, tmp_path)["traceEvents"]
+    complete = [ev for ev in events if ev["ph"] == "X"]
+    copies = [ev for ev in complete if ev["name"] == "dma_copy"]
+    assert copies and all(set(ev["args"]) >= {"dst", "src", "source", "index"} for ev in copies)
+    first = copies[0]["args"]
+    assert first["src"].startswith("shared_hbm ") or first["src"].startswith("sbuf ")
+    assert "[" in first["dst"] and first["dst"].endswith("]")
 
 
 def test_perfetto_has_one_complete_event_per_instruction(profile, tmp_path):

@@ -9,13 +9,22 @@ interval:
   add/multiply/subtract (all operands bf16) and one input in PSUM: ``max(MIN_II, N)``.
 * tensor_reduce of bf16 with add/max, memset of zero into a 16-bit tile: ``max(MIN_II, N/2)``.
 * iota on GpSimd: ``GPSIMD_START + N`` cycles (``GPSIMD_START`` ~150).
-* nc_matmul: ``max(min(64, N_stationary), N_moving)`` PE cycles, x4 for fp32.
+* nc_matmul: ``max(min(64, N_stationary), N_moving)`` PE cycles, x4 for fp32, after a
+  LoadStationary of ``N_stationary * load_stationary_cycles_per_column`` (x4 for fp32).
 * nc_transpose on Tensor: a matmul against an identity: ``max(min(64, F), P)``.
-* dma_copy: ``fixed_latency + bytes / (engines x bytes_per_ns_per_engine)``.
-* A consumer on another engine (or DMA queue) than its producer waits one semaphore latency.
+* dma_copy: ``fixed_latency + bytes / (rate x payload_efficiency(run))``, ``rate`` the
+  engines serving the on-chip partitions (8 partitions each) x ``bytes_per_ns_per_engine``,
+  capped by the HBM bandwidth, ``run`` the shortest contiguous run of either side.
+* A compute result is visible ``access_latency_cycles`` after its end (Tensor: at once); a
+  consumer on another engine (or DMA queue) than its producer waits one semaphore latency
+  more, and one that reads the instruction just before it on its own engine pays
+  ``dependent_overhead_cycles`` more.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 import pytest
@@ -42,13 +51,49 @@ def only(profile):
     return rec
 
 
-def dma_bandwidth(hw):
-    """Aggregate DMA bandwidth of one NeuronCore in bytes/ns: a transfer is spread over every DMA engine."""
-    return hw.dma.engines * hw.dma.bytes_per_ns_per_engine
+def dma_bandwidth(hw, partitions=P, hbm=True):
+    """DMA rate in bytes/ns: 8 partitions per DMA engine, capped by HBM bandwidth when HBM is involved."""
+    engines = -(-partitions // hw.dma.partitions_per_engine)
+    rate = engines * hw.dma.bytes_per_ns_per_engine
+    return min(rate, hw.hbm.bandwidth_bytes_per_ns) if hbm else rate
 
 
-def dma_ns(hw, nbytes):
-    return hw.dma.fixed_latency_ns + nbytes / dma_bandwidth(hw)
+def payload_efficiency(hw, run):
+    """The DMA guide's curve: the table's points, interpolated in log2(bytes), flat beyond both ends."""
+    points = hw.dma.payload_efficiency
+    if run <= points[0][0]:
+        return points[0][1]
+    for (lo, lo_eff), (hi, hi_eff) in itertools.pairwise(points):
+        if run <= hi:
+            return lo_eff + (hi_eff - lo_eff) * math.log2(run / lo) / math.log2(hi / lo)
+    return points[-1][1]
+
+
+def dma_busy(hw, nbytes, run, partitions=P, hbm=True):
+    """Time a transfer occupies each DMA engine it uses."""
+    return nbytes / (dma_bandwidth(hw, partitions, hbm) * payload_efficiency(hw, run))
+
+
+def dma_ns(hw, nbytes, run, partitions=P, hbm=True):
+    return hw.dma.fixed_latency_ns + dma_busy(hw, nbytes, run, partitions, hbm)
+
+
+def access_ns(hw, engine):
+    """SBUF/PSUM access latency after a compute instruction on ``engine`` (``"vector"``, ...)."""
+    cfg = getattr(hw, engine)
+    return cfg.access_latency_cycles / cfg.clock_ghz
+
+
+def dependent_ns(hw, engine):
+    """Static overhead of reading the result of the instruction just before on the same engine."""
+    cfg = getattr(hw, engine)
+    return cfg.dependent_overhead_cycles / cfg.clock_ghz
+
+
+def load_stationary_ns(hw, m, fp32=False):
+    """LoadStationary of an ``m``-column stationary tile, in PE cycles at the PE clock."""
+    factor = hw.tensor.fp32_cycle_factor if fp32 else 1
+    return m * hw.tensor.load_stationary_cycles_per_column * factor / hw.tensor.clock_ghz
 
 
 def sbuf(shape, dtype=nl.float32):
@@ -276,12 +321,16 @@ def test_nc_matmul(target, m, n, dtype):
         stationary, moving = sbuf((P, m), dt), sbuf((P, n), dt)
         nisa.nc_matmul(dst=psum((m, n)), stationary=stationary, moving=moving)
 
-    rec = only(profile_of(kernel, target=target))
+    prof = profile_of(kernel, target=target)
+    (rec,) = prof.instructions
     assert (rec.opcode, rec.engine) == ("nc_matmul", "Tensor")
     cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n)
     if dtype == "float32":
         cycles *= hw.tensor.fp32_cycle_factor
-    assert rec.end_ns == pytest.approx(cycles / hw.tensor.clock_ghz, rel=REL)
+    # the stationary tile is loaded first (nothing to overlap with), then the matmul runs
+    assert rec.start_ns == pytest.approx(load_stationary_ns(hw, m, fp32=dtype == "float32"), rel=REL)
+    assert rec.duration_ns == pytest.approx(cycles / hw.tensor.clock_ghz, rel=REL)
+    assert prof.total_ns == rec.end_ns
     assert rec.flops == 2 * P * m * n
 
 
@@ -294,7 +343,8 @@ def test_nc_matmul_fp32_is_four_times_bf16():
         def kernel(dt=dt):
             nisa.nc_matmul(dst=psum((P, 512)), stationary=sbuf((P, P), dt), moving=sbuf((P, 512), dt))
 
-        times[name] = only(profile_of(kernel)).end_ns
+        (rec,) = profile_of(kernel).instructions
+        times[name] = rec.duration_ns
     assert times["bfloat16"] == pytest.approx(512 / 2.8, rel=REL)
     assert times["float32"] / times["bfloat16"] == pytest.approx(hw.tensor.fp32_cycle_factor, rel=REL)
 
@@ -330,9 +380,13 @@ def test_dma_copy_hbm_to_sbuf(target, shape, dtype):
 
     rec = only(profile_of(kernel, [np.zeros(shape, dtype=dtype)], target=target))
     assert (rec.opcode, rec.engine) == ("dma_copy", "DMA q0")
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    partitions, per_partition = shape[0], shape[1] * np.dtype(dtype).itemsize
+    nbytes = partitions * per_partition
     assert rec.bytes == nbytes
-    expected = hw.dma.fixed_latency_ns + nbytes / (hw.dma.engines * hw.dma.bytes_per_ns_per_engine)
+    # the SBUF side's packets are one partition's row; the engines are those of its partitions
+    engines = -(-partitions // hw.dma.partitions_per_engine)
+    rate = min(engines * hw.dma.bytes_per_ns_per_engine, hw.hbm.bandwidth_bytes_per_ns)
+    expected = hw.dma.fixed_latency_ns + nbytes / (rate * payload_efficiency(hw, per_partition))
     assert rec.end_ns == pytest.approx(expected, rel=REL)
     assert hw.dma.bytes_per_ns == pytest.approx(hw.dma.engines * hw.dma.bytes_per_ns_per_engine, rel=REL)
 
@@ -344,8 +398,12 @@ def test_dma_copy_128x512_fp32_on_trn1_by_the_numbers():
     def kernel(a):
         nisa.dma_copy(dst=sbuf((P, 512)), src=a)
 
+    assert (hw.dma.partitions_per_engine, hw.hbm.bandwidth_bytes_per_ns) == (8, 410.0)
+    assert (2048, 0.80) in hw.dma.payload_efficiency  # 2 KiB packets: 80% of the nominal rate
+
     rec = only(profile_of(kernel, [np.zeros((P, 512), np.float32)]))
-    assert rec.end_ns == pytest.approx(1300.0 + P * 512 * 4 / (16 * 17.0), rel=REL)
+    # 128 partitions: all 16 engines at 17 B/ns (272 < 410 B/ns of HBM); 512 x 4 = 2 KiB per packet
+    assert rec.end_ns == pytest.approx(1300.0 + P * 512 * 4 / (16 * 17.0 * 0.80), rel=REL)
 
 
 def test_dma_copy_sbuf_to_hbm():
@@ -357,13 +415,14 @@ def test_dma_copy_sbuf_to_hbm():
         return out
 
     rec = only(profile_of(kernel))
-    assert rec.end_ns == pytest.approx(dma_ns(hw, P * 256 * 4), rel=REL)
+    assert rec.end_ns == pytest.approx(dma_ns(hw, P * 256 * 4, run=256 * 4), rel=REL)
 
 
 # -- dependencies ---------------------------------------------------------------------
 
 
 def test_same_engine_chain_has_no_semaphore():
+    """No semaphore, but the access latency and the dependent-instruction overhead of the engine."""
     hw = load_target("trn1")
     n = 512
 
@@ -376,9 +435,10 @@ def test_same_engine_chain_has_no_semaphore():
     vec = hw.vector
     cost_a = max(vec.min_ii_cycles, n) / vec.clock_ghz
     cost_b = max(vec.min_ii_cycles, n) / vec.clock_ghz
+    start_b = cost_a + access_ns(hw, "vector") + dependent_ns(hw, "vector")
     assert a.end_ns == pytest.approx(cost_a, rel=REL)
-    assert b.start_ns == pytest.approx(a.end_ns, rel=REL)
-    assert b.end_ns == pytest.approx(a.end_ns + cost_b, rel=REL)
+    assert b.start_ns == pytest.approx(start_b, rel=REL)
+    assert b.end_ns == pytest.approx(start_b + cost_b, rel=REL)
     assert b.producer == a.index
 
 
@@ -398,11 +458,13 @@ def test_cross_engine_chain_pays_semaphore_latency(target):
     cost_a = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
     cost_b = max(hw.scalar.min_ii_cycles, n) / hw.scalar.clock_ghz
     cost_c = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    lat_v, lat_s = access_ns(hw, "vector"), access_ns(hw, "scalar")
     assert (a.engine, b.engine, c.engine) == ("Vector", "Scalar", "Vector")
-    assert b.start_ns == pytest.approx(cost_a + sem, rel=REL)
-    assert b.end_ns == pytest.approx(cost_a + sem + cost_b, rel=REL)
-    assert c.start_ns == pytest.approx(b.end_ns + sem, rel=REL)
-    assert c.end_ns == pytest.approx(cost_a + sem + cost_b + sem + cost_c, rel=REL)
+    assert b.start_ns == pytest.approx(cost_a + lat_v + sem, rel=REL)
+    assert b.end_ns == pytest.approx(cost_a + lat_v + sem + cost_b, rel=REL)
+    # c's producer is b, not the instruction before it on Vector: no dependent overhead
+    assert c.start_ns == pytest.approx(b.end_ns + lat_s + sem, rel=REL)
+    assert c.end_ns == pytest.approx(cost_a + lat_v + sem + cost_b + lat_s + sem + cost_c, rel=REL)
 
 
 def test_compute_waits_for_dma_plus_semaphore():
@@ -415,7 +477,7 @@ def test_compute_waits_for_dma_plus_semaphore():
         nisa.tensor_scalar(dst=y, data=x, op0=nl.multiply, operand0=3.0)
 
     load, op = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
-    dma_end = hw.dma.fixed_latency_ns + P * n * 4 / dma_bandwidth(hw)
+    dma_end = hw.dma.fixed_latency_ns + P * n * 4 / (dma_bandwidth(hw) * payload_efficiency(hw, n * 4))
     cost = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
     assert load.end_ns == pytest.approx(dma_end, rel=REL)
     assert op.start_ns == pytest.approx(dma_end + hw.sync.semaphore_latency_ns, rel=REL)
@@ -436,9 +498,9 @@ def test_dma_waits_for_compute_plus_semaphore():
     fill, store = profile_of(kernel).instructions
     fill_end = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
     assert fill.end_ns == pytest.approx(fill_end, rel=REL)
-    start = fill_end + hw.sync.semaphore_latency_ns
+    start = fill_end + access_ns(hw, "vector") + hw.sync.semaphore_latency_ns
     assert store.start_ns == pytest.approx(start, rel=REL)
-    assert store.end_ns == pytest.approx(start + dma_ns(hw, P * n * 4), rel=REL)
+    assert store.end_ns == pytest.approx(start + dma_ns(hw, P * n * 4, run=n * 4), rel=REL)
 
 
 def test_dma_waits_for_dma_on_another_queue():
@@ -456,25 +518,27 @@ def test_dma_waits_for_dma_on_another_queue():
 
     load, store = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
     assert load.engine != store.engine
-    start = dma_ns(hw, nbytes) + hw.sync.semaphore_latency_ns
+    # a DMA's result is visible at its end: no access latency
+    start = dma_ns(hw, nbytes, run=n * 4) + hw.sync.semaphore_latency_ns
     assert store.start_ns == pytest.approx(start, rel=REL)
-    assert store.end_ns == pytest.approx(start + dma_ns(hw, nbytes), rel=REL)
+    assert store.end_ns == pytest.approx(start + dma_ns(hw, nbytes, run=n * 4), rel=REL)
 
 
 def test_semaphore_latency_applies_to_each_cross_engine_producer():
-    """C reads x (loaded by DMA) and y (set by Vector, finishing just after the DMA).
+    """C reads x (loaded by DMA) and y (set by Vector, visible just after the DMA ends).
 
     C runs on Vector, so y costs no semaphore, but x does: C may start only at
-    ``max(end(y), end(x) + semaphore)``.
+    ``max(end(y) + access latency, end(x) + semaphore)``. Its latest producer is the DMA,
+    not the memset just before it on Vector, so it pays no dependent-instruction overhead.
     """
     hw = load_target("trn1")
     n = 512
-    dma_end = dma_ns(hw, P * n * 4)
-    sem = hw.sync.semaphore_latency_ns
-    # y's memset ends half a semaphore after the DMA: later than the DMA, earlier than DMA + semaphore.
-    n_y = round((dma_end + sem / 2) * hw.vector.clock_ghz)
+    dma_end = dma_ns(hw, P * n * 4, run=n * 4)
+    sem, lat = hw.sync.semaphore_latency_ns, access_ns(hw, "vector")
+    # y becomes visible half a semaphore after the DMA: later than the DMA, earlier than DMA + semaphore.
+    n_y = round((dma_end + sem / 2 - lat) * hw.vector.clock_ghz)
     y_end = max(hw.vector.min_ii_cycles, n_y) / hw.vector.clock_ghz
-    assert dma_end < y_end < dma_end + sem
+    assert dma_end < y_end + lat < dma_end + sem
 
     def kernel(a):
         x, y, z = sbuf((P, n)), sbuf((P, n_y)), sbuf((P, n))
@@ -485,7 +549,8 @@ def test_semaphore_latency_applies_to_each_cross_engine_producer():
     load, fill, add = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
     assert load.end_ns == pytest.approx(dma_end, rel=REL)
     assert fill.end_ns == pytest.approx(y_end, rel=REL)
-    assert add.start_ns == pytest.approx(max(y_end, dma_end + sem), rel=REL)
+    assert add.start_ns == pytest.approx(max(y_end + lat, dma_end + sem), rel=REL)
+    assert add.producer == load.index
 
 
 def test_war_compute_write_waits_for_earlier_reader():
@@ -505,8 +570,10 @@ def test_war_compute_write_waits_for_earlier_reader():
     assert act.end_ns == pytest.approx(act_end, rel=REL)
     assert free_fill.start_ns == 0.0
     assert free_fill.end_ns == pytest.approx(fill, rel=REL)
-    assert war_fill.start_ns == pytest.approx(act_end + hw.sync.semaphore_latency_ns, rel=REL)
-    assert war_fill.end_ns == pytest.approx(act_end + hw.sync.semaphore_latency_ns + fill, rel=REL)
+    # the reader is done reading at its end; the writer waits for that, plus a semaphore
+    start = act_end + hw.sync.semaphore_latency_ns
+    assert war_fill.start_ns == pytest.approx(start, rel=REL)
+    assert war_fill.end_ns == pytest.approx(start + fill, rel=REL)
     assert war_fill.producer == act.index
 
 
@@ -523,9 +590,9 @@ def test_war_dma_write_waits_for_earlier_reader():
     read, load = profile_of(kernel, [np.zeros((P, n), np.float32)]).instructions
     read_end = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
     assert read.end_ns == pytest.approx(read_end, rel=REL)
-    start = read_end + hw.sync.semaphore_latency_ns
+    start = read_end + hw.sync.semaphore_latency_ns  # a write waits for the reader's end, not its latency
     assert load.start_ns == pytest.approx(start, rel=REL)
-    assert load.end_ns == pytest.approx(start + dma_ns(hw, P * n * 4), rel=REL)
+    assert load.end_ns == pytest.approx(start + dma_ns(hw, P * n * 4, run=n * 4), rel=REL)
 
 
 def test_waw_second_writer_waits_for_first():
@@ -540,7 +607,8 @@ def test_waw_second_writer_waits_for_first():
     first, second = profile_of(kernel).instructions
     first_end = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
     assert first.end_ns == pytest.approx(first_end, rel=REL)
-    assert second.start_ns == pytest.approx(first_end + hw.sync.semaphore_latency_ns, rel=REL)
+    start = first_end + access_ns(hw, "vector") + hw.sync.semaphore_latency_ns
+    assert second.start_ns == pytest.approx(start, rel=REL)
 
 
 def test_independent_instructions_on_one_engine_run_in_program_order():
@@ -560,8 +628,11 @@ def test_independent_instructions_on_one_engine_run_in_program_order():
         assert rec.end_ns == pytest.approx(t, rel=REL)
 
 
-def test_independent_instructions_on_different_engines_run_in_parallel():
-    hw = load_target("trn1")
+@pytest.mark.parametrize("target", TARGETS)
+def test_independent_instructions_on_different_engines_run_in_parallel(target):
+    """Each engine starts at once, except the matmul after its LoadStationary and, on
+    NeuronCore-v2, GpSimd after Vector: they share an SBUF port."""
+    hw = load_target(target)
     n = 1024
 
     def kernel():
@@ -573,15 +644,21 @@ def test_independent_instructions_on_different_engines_run_in_parallel():
         nisa.iota(dst=g, pattern=[[1, n]], offset=0)  # GpSimd
         nisa.nc_matmul(dst=acc, stationary=st, moving=mv)  # Tensor
 
-    prof = profile_of(kernel)
-    assert all(rec.start_ns == 0.0 for rec in prof.instructions)
+    prof = profile_of(kernel, target=target)
+    memset_ns = max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz
+    shared_sbuf_port = any({"vector", "gpsimd"} <= set(p.engines) and p.memory == "sbuf" for p in hw.ports)
+    assert shared_sbuf_port == (target == "trn1")
+    starts = [0.0, 0.0, memset_ns if shared_sbuf_port else 0.0, load_stationary_ns(hw, P)]
     costs = [
-        max(hw.vector.min_ii_cycles, n) / hw.vector.clock_ghz,
+        memset_ns,
         max(hw.scalar.min_ii_cycles, n) / hw.scalar.clock_ghz,
         (hw.gpsimd.startup_cycles + n) / hw.gpsimd.clock_ghz,
         max(min(hw.tensor.matmul_min_ii_cycles, P), 512) / hw.tensor.clock_ghz,
     ]
-    assert prof.total_ns == pytest.approx(max(costs), rel=REL)
+    for rec, start, cost in zip(prof.instructions, starts, costs, strict=True):
+        assert rec.start_ns == pytest.approx(start, rel=REL, abs=1e-9)
+        assert rec.duration_ns == pytest.approx(cost, rel=REL)
+    assert prof.total_ns == pytest.approx(max(s + c for s, c in zip(starts, costs)), rel=REL)
 
 
 # -- overlap and shared bandwidth -----------------------------------------------------
@@ -598,8 +675,10 @@ def test_independent_dma_and_compute_overlap():
             nisa.tensor_tensor(dst=y, data1=x, data2=x, op=nl.multiply)
 
     prof = profile_of(kernel, [np.zeros((P, n_dma), np.float32)])
-    dma_end = dma_ns(hw, P * n_dma * 4)
-    vec_end = k * max(hw.vector.min_ii_cycles, 2 * n_vec) / hw.vector.clock_ghz
+    dma_end = dma_ns(hw, P * n_dma * 4, run=n_dma * 4)
+    # each multiply overwrites the previous one's y (WAW, no read of it): only the access latency between them
+    gap = access_ns(hw, "vector")
+    vec_end = k * max(hw.vector.min_ii_cycles, 2 * n_vec) / hw.vector.clock_ghz + (k - 1) * gap
     assert [rec.start_ns for rec in prof.instructions[:2]] == [0.0, 0.0]
     assert prof.total_ns == pytest.approx(max(dma_end, vec_end), rel=REL)
     assert prof.total_ns < dma_end + vec_end
@@ -608,10 +687,11 @@ def test_independent_dma_and_compute_overlap():
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(("n1", "n2"), [(512, 512), (2048, 256)])
 def test_two_independent_dmas_share_bandwidth(target, n1, n2):
-    """Both start at once on two queues and overlap their fixed latency, but their bytes share the bandwidth."""
+    """Both start at once on two queues and overlap their fixed latency, but their bytes share the engines."""
     hw = load_target(target)
     b1, b2 = P * n1 * 4, P * n2 * 4
-    bw = dma_bandwidth(hw)
+    lat = hw.dma.fixed_latency_ns
+    busy1, busy2 = dma_busy(hw, b1, run=n1 * 4), dma_busy(hw, b2, run=n2 * 4)
 
     def kernel(a, b):
         x, y = sbuf((P, n1)), sbuf((P, n2))
@@ -622,13 +702,14 @@ def test_two_independent_dmas_share_bandwidth(target, n1, n2):
     first, second = prof.instructions
     assert first.engine != second.engine
     assert first.start_ns == second.start_ns == 0.0
-    assert first.end_ns == pytest.approx(hw.dma.fixed_latency_ns + b1 / bw, rel=REL)
-    assert second.end_ns == pytest.approx(hw.dma.fixed_latency_ns + (b1 + b2) / bw, rel=REL)
-    assert prof.total_ns == pytest.approx(hw.dma.fixed_latency_ns + (b1 + b2) / bw, rel=REL)
+    # both use all 16 engines (128 partitions): the second waits on every engine for the first
+    assert first.end_ns == pytest.approx(lat + busy1, rel=REL)
+    assert second.end_ns == pytest.approx(lat + busy1 + busy2, rel=REL)
+    assert prof.total_ns == pytest.approx(lat + busy1 + busy2, rel=REL)
     # Cheaper than two DMAs back to back (shared latency), dearer than one alone (shared bandwidth).
-    assert prof.total_ns < dma_ns(hw, b1) + dma_ns(hw, b2)
-    assert prof.total_ns > max(dma_ns(hw, b1), dma_ns(hw, b2))
-    assert prof.engine_busy_ns["DMA"] == pytest.approx((b1 + b2) / bw, rel=REL)
+    assert prof.total_ns < dma_ns(hw, b1, n1 * 4) + dma_ns(hw, b2, n2 * 4)
+    assert prof.total_ns > max(dma_ns(hw, b1, n1 * 4), dma_ns(hw, b2, n2 * 4))
+    assert prof.engine_busy_ns["DMA"] == pytest.approx(busy1 + busy2, rel=REL)
 
 
 def test_many_independent_dmas_are_bandwidth_bound():
@@ -643,18 +724,19 @@ def test_many_independent_dmas_are_bandwidth_bound():
 
     prof = profile_of(kernel, [np.zeros((P, k * n), np.float32)])
     assert len({rec.engine for rec in prof.instructions}) == k
+    busy = dma_busy(hw, nbytes, run=n * 4)  # the HBM slices are rows of n elements too
     for i, rec in enumerate(prof.instructions):
-        assert rec.end_ns == pytest.approx(hw.dma.fixed_latency_ns + (i + 1) * nbytes / dma_bandwidth(hw), rel=REL)
+        assert rec.end_ns == pytest.approx(hw.dma.fixed_latency_ns + (i + 1) * busy, rel=REL)
 
 
 def test_dma_beyond_the_queue_count_waits_for_a_free_queue():
     """With every queue busy, one more DMA waits for the queue that frees first, then pays its own latency."""
     hw = load_target("trn1")
-    q, n = hw.dma.queues, 16
+    q, n = hw.dma.queues, 1
     nbytes = P * n * 4
-    lat, bw = hw.dma.fixed_latency_ns, dma_bandwidth(hw)
-    # Small transfers: the 17th DMA is limited by its queue and latency, not by bandwidth.
-    assert lat + nbytes / bw + lat > lat + q * nbytes / bw
+    lat, busy = hw.dma.fixed_latency_ns, dma_busy(hw, nbytes, run=n * 4)
+    # Tiny transfers: the 17th DMA is limited by its queue and latency, not by the engines.
+    assert lat + busy + lat > lat + q * busy
 
     def kernel(a):
         tiles = [sbuf((P, n)) for _ in range(q + 1)]
@@ -665,23 +747,23 @@ def test_dma_beyond_the_queue_count_waits_for_a_free_queue():
     assert len({rec.engine for rec in recs[:q]}) == q
     for i, rec in enumerate(recs[:q]):
         assert rec.start_ns == 0.0
-        assert rec.end_ns == pytest.approx(lat + (i + 1) * nbytes / bw, rel=REL)
+        assert rec.end_ns == pytest.approx(lat + (i + 1) * busy, rel=REL)
     last = recs[q]
     assert last.engine == recs[0].engine  # the queue that frees first
-    assert last.start_ns == pytest.approx(lat + nbytes / bw, rel=REL)
-    assert last.end_ns == pytest.approx(last.start_ns + lat + nbytes / bw, rel=REL)
+    assert last.start_ns == pytest.approx(lat + busy, rel=REL)
+    assert last.end_ns == pytest.approx(last.start_ns + lat + busy, rel=REL)
 
 
 def test_dma_bandwidth_booking_fills_the_first_gap_that_fits():
-    """A store waits for long Vector work; a later small load fits in the bandwidth gap before it, a big one not."""
+    """A store waits for long Vector work; a later small load fits in the engines' gap before it, a big one not."""
     hw = load_target("trn1")
-    lat, bw, sem = hw.dma.fixed_latency_ns, dma_bandwidth(hw), hw.sync.semaphore_latency_ns
+    lat, sem = hw.dma.fixed_latency_ns, hw.sync.semaphore_latency_ns
     n_a, n_z, n_s, n_y, n_w = 512, 4096, 512, 512, 2048
-    b_a, b_s, b_y, b_w = (P * n * 4 for n in (n_a, n_s, n_y, n_w))
+    busy_a, busy_s, busy_y, busy_w = (dma_busy(hw, P * n * 4, run=n * 4) for n in (n_a, n_s, n_y, n_w))
     z_end = max(hw.vector.min_ii_cycles, n_z) / hw.vector.clock_ghz
-    store_data = z_end + sem + lat
-    gap = (lat + b_a / bw, store_data)
-    assert b_y / bw <= gap[1] - gap[0] < (b_y + b_w) / bw
+    store_data = z_end + access_ns(hw, "vector") + sem + lat
+    gap = (lat + busy_a, store_data)
+    assert busy_y <= gap[1] - gap[0] < busy_y + busy_w
 
     def kernel(a, y, w):
         out = nl.ndarray((P, n_s), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -695,14 +777,14 @@ def test_dma_bandwidth_booking_fills_the_first_gap_that_fits():
 
     inputs = [np.zeros((P, n), np.float32) for n in (n_a, n_y, n_w)]
     load_a, fill, store, load_y, load_w = profile_of(kernel, inputs).instructions
-    assert load_a.end_ns == pytest.approx(lat + b_a / bw, rel=REL)
+    assert load_a.end_ns == pytest.approx(lat + busy_a, rel=REL)
     assert fill.end_ns == pytest.approx(z_end, rel=REL)
-    assert store.start_ns == pytest.approx(z_end + sem, rel=REL)
-    assert store.end_ns == pytest.approx(store_data + b_s / bw, rel=REL)
+    assert store.start_ns == pytest.approx(store_data - lat, rel=REL)
+    assert store.end_ns == pytest.approx(store_data + busy_s, rel=REL)
     assert load_y.start_ns == 0.0
-    assert load_y.end_ns == pytest.approx(lat + (b_a + b_y) / bw, rel=REL)  # in the gap
+    assert load_y.end_ns == pytest.approx(lat + busy_a + busy_y, rel=REL)  # in the gap
     assert load_w.start_ns == 0.0
-    assert load_w.end_ns == pytest.approx(store_data + (b_s + b_w) / bw, rel=REL)  # after the store
+    assert load_w.end_ns == pytest.approx(store_data + busy_s + busy_w, rel=REL)  # after the store
 
 
 # -- whole kernels --------------------------------------------------------------------
@@ -737,16 +819,16 @@ def test_single_tile_tensor_add_timeline(tensor_add):
     a = np.ones((P, 512), np.float32)
     prof = nkisim.run(tensor_add, [a, a]).profile
     load_a, load_b, add, store = prof.instructions
-    nbytes = P * 512 * 4
-    lat, bw, sem = hw.dma.fixed_latency_ns, dma_bandwidth(hw), hw.sync.semaphore_latency_ns
+    lat, sem = hw.dma.fixed_latency_ns, hw.sync.semaphore_latency_ns
+    busy = dma_busy(hw, P * 512 * 4, run=512 * 4)
     add_cost = max(hw.vector.min_ii_cycles, 2 * 512) / hw.vector.clock_ghz
 
-    assert load_a.end_ns == pytest.approx(lat + nbytes / bw, rel=REL)
-    assert load_b.end_ns == pytest.approx(lat + 2 * nbytes / bw, rel=REL)
-    assert add.start_ns == pytest.approx(lat + 2 * nbytes / bw + sem, rel=REL)
-    assert add.end_ns == pytest.approx(lat + 2 * nbytes / bw + sem + add_cost, rel=REL)
-    assert store.start_ns == pytest.approx(add.end_ns + sem, rel=REL)
-    expected_total = (lat + 2 * nbytes / bw) + sem + add_cost + sem + (lat + nbytes / bw)
+    assert load_a.end_ns == pytest.approx(lat + busy, rel=REL)
+    assert load_b.end_ns == pytest.approx(lat + 2 * busy, rel=REL)
+    assert add.start_ns == pytest.approx(lat + 2 * busy + sem, rel=REL)
+    assert add.end_ns == pytest.approx(lat + 2 * busy + sem + add_cost, rel=REL)
+    assert store.start_ns == pytest.approx(add.end_ns + access_ns(hw, "vector") + sem, rel=REL)
+    expected_total = (lat + 2 * busy) + sem + add_cost + access_ns(hw, "vector") + sem + (lat + busy)
     assert prof.total_ns == pytest.approx(expected_total, rel=REL)
 
 
@@ -765,8 +847,10 @@ def test_streaming_kernel_is_dma_bound(tensor_add):
     prof = nkisim.run(tensor_add, [a, a]).profile
     tiles = (512 // 128) * (1024 // 512)
     bytes_moved = 3 * tiles * P * 512 * 4
-    assert prof.total_ns >= hw.dma.fixed_latency_ns + bytes_moved / dma_bandwidth(hw)
-    assert prof.engine_busy_ns["DMA"] == pytest.approx(bytes_moved / dma_bandwidth(hw), rel=REL)
+    # every transfer spans the 128 partitions (all 16 engines) in rows of 512 fp32
+    dma_time = dma_busy(hw, bytes_moved, run=512 * 4)
+    assert prof.total_ns >= hw.dma.fixed_latency_ns + dma_time
+    assert prof.engine_busy_ns["DMA"] == pytest.approx(dma_time, rel=REL)
     vec = tiles * max(hw.vector.min_ii_cycles, 2 * 512) / hw.vector.clock_ghz
     assert prof.engine_busy_ns["Vector"] == pytest.approx(vec, rel=REL)
 
@@ -796,7 +880,9 @@ def test_vector_bound_kernel_time_per_generation(target):
     hw = load_target(target)
     k, n = 8, 1024
     prof = profile_of(_vector_bound(k, n), target=target)
-    expected = k * max(hw.vector.min_ii_cycles, 2 * n) / hw.vector.clock_ghz
+    # each subtract overwrites the c of the one before (WAW, no read of it): only the access latency between them
+    gap = access_ns(hw, "vector")
+    expected = k * max(hw.vector.min_ii_cycles, 2 * n) / hw.vector.clock_ghz + (k - 1) * gap
     assert prof.total_ns == pytest.approx(expected, rel=REL)
 
 
@@ -813,7 +899,7 @@ def test_generations_differ_as_their_vector_clocks_say():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_load_then_vector_chain_per_generation(target):
-    """A Vector-bound kernel fed by one DMA: the DMA formula, a semaphore, then the Vector chain."""
+    """A Vector-bound kernel fed by one DMA: the DMA formula, a semaphore, then the dependent Vector chain."""
     hw = load_target(target)
     k, n = 6, 1024
 
@@ -825,8 +911,9 @@ def test_load_then_vector_chain_per_generation(target):
 
     prof = profile_of(kernel, [np.zeros((P, n), np.float32)], target=target)
     expected = (
-        dma_ns(hw, P * n * 4)
+        dma_ns(hw, P * n * 4, run=n * 4)
         + hw.sync.semaphore_latency_ns
         + k * max(hw.vector.min_ii_cycles, 2 * n) / hw.vector.clock_ghz
+        + (k - 1) * (access_ns(hw, "vector") + dependent_ns(hw, "vector"))
     )
     assert prof.total_ns == pytest.approx(expected, rel=REL)

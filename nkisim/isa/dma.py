@@ -1,8 +1,9 @@
 """DMA instructions: copies, transposes and DMA-compute reductions, run by the DMA engines.
 
-Every DMA waits the fixed trigger latency, then moves its bytes at the core's
-aggregate DMA bandwidth (``hw.dma.bytes_per_ns``), scaled by the documented
-efficiency of a transpose or of DMA compute.
+Every DMA waits the fixed trigger latency, then moves its bytes over the DMA
+engines (see ``dma_cost``). Copies use the engines serving their partitions, the
+payload-efficiency curve and the HBM cap; transposes and DMA compute use all
+engines at the documented efficiency of a transpose or of DMA compute.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ class InstructionRecord:
         index: position in program order.
         opcode: the instruction name (``tensor_tensor``, ``dma_copy``, ...).
         engine: the engine or DMA queue it ran on (``Vector``, ``DMA q3``, ...).
-        start_ns, end_ns: when it started and when its results were visible.
+        start_ns, end_ns: when it started and finished (a compute engine's results are readable an
+            SBUF/PSUM access latency later; a DMA's end is when its last engine is done).
         source: ``file:line`` of the kernel call that issued it.
         producer: index of the instruction it waited for last, or -1.
         bytes: bytes moved (DMA).
@@ -88,7 +89,7 @@ class Profile:
 
     @cached_property
     def total_ns(self) -> float:
-        """From the first instruction's start to the last result (the kernel's latency)."""
+        """From the start to the end of the last instruction (the kernel's latency)."""
         return max(self._tl.end_ns, default=0.0)
 
     @property

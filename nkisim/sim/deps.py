@@ -117,8 +117,18 @@ class AccessTracker:
             best, producer = _latest(grid.read_end, grid.reader, *cells, tracks, track, sync, best, producer)
         return best, producer
 
-    def commit(self, reads: list[Region], writes: list[Region], end: float, index: int, track: int) -> None:
-        """Record that instruction ``index`` on ``track`` reads and writes these regions until ``end``."""
+    def commit(
+        self,
+        reads: list[Region],
+        writes: list[Region],
+        end: float,
+        index: int,
+        track: int,
+        visible: float | None = None,
+    ) -> None:
+        """Record that instruction ``index`` on ``track`` reads until ``end`` and writes results readable at ``visible``
+        (default ``end``)."""
+        visible = end if visible is None else visible
         if index >= len(self._tracks):
             self._tracks = np.concatenate([self._tracks, np.zeros_like(self._tracks)])
         self._tracks[index] = track
@@ -128,5 +138,5 @@ class AccessTracker:
         for region in writes:
             grid = self._grid(region.storage)
             r0, r1, c0, c1 = grid.cells(region)
-            grid.write_end[r0:r1, c0:c1] = end
+            grid.write_end[r0:r1, c0:c1] = visible
             grid.writer[r0:r1, c0:c1] = index

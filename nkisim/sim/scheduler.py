@@ -91,9 +91,6 @@ class Timeline:
         return len(self.opcode)
 
 
-_ENGINE_NAMES = {e.name: e for e in Engine}
-
-
 class Scheduler:
     """Assigns each instruction, in program order, a start and end time."""
 
@@ -155,7 +152,8 @@ class Scheduler:
             start, end = self._place_dma(queue, max(ready, free), cost)
             busy = cost.busy_ns
         else:
-            if producer >= 0 and producer == previous:
+            if producer >= 0 and producer == previous and self.tracker.ready(reads, [], track_id)[1] == previous:
+                # reading the result of the instruction just before on this engine
                 ready += self._static_ns(engine, "dependent_overhead_cycles")
             free = self._engine_free[engine]
             start, busy = self._place_compute(engine, ready, free, cost, reads + writes)
@@ -166,7 +164,7 @@ class Scheduler:
         self._last_on_track[track] = index
         tl.pred.append(producer if ready > free else previous)
         tl.wait_ns.append(max(0.0, ready - free))
-        self.tracker.commit(reads, writes, visible, index, track_id)
+        self.tracker.commit(reads, writes, end, index, track_id, visible)
         tl.opcode.append(opcode)
         tl.track.append(track)
         tl.start_ns.append(start)

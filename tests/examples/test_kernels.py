@@ -53,7 +53,8 @@ def test_matmul_family_gets_faster_as_loads_are_shared() -> None:
     # tiled reloads both operands for every block: (M/128)(N/512)(K/128) x 2 loads
     assert loads["matmul_tiled"] == 4 * 2 * 8 * 2 + 4 * 2
     assert loads["matmul_hoisted"] == 4 * 8 + 4 * 2 * 8 + 4 * 2
-    assert loads["matmul_blocked"] == 2 * 8 + 4 * 8 + 4 * 2
+    # blocked (2x2 tiles a block): lhsT once per row block, rhs once per (row block, column block)
+    assert loads["matmul_blocked"] == 2 * 2 * 8 + 2 * 1 * 2 * 8 + 4 * 2
     assert times["matmul_hoisted"] < times["matmul_tiled"]
 
 

@@ -454,7 +454,7 @@ def test_dma_compute_memory_and_size_rules():
 
 @pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
 def test_dma_compute_cost_and_dependencies(target):
-    """It waits for a source made on Vector (plus a semaphore), then runs at the DMA-compute rate."""
+    """It waits for a source made on Vector (its access latency, a semaphore), then runs at the DMA-compute rate."""
     hw = load_target(target)
     n = 512
 
@@ -468,7 +468,8 @@ def test_dma_compute_cost_and_dependencies(target):
     memset, compute = profile.instructions
     src_bytes = P * n * (4 + 4 + 2)
     busy = max(src_bytes / 2, P * n * 4) / (dma_bandwidth(hw) * hw.dma.compute_efficiency)
-    start = memset.end_ns + hw.sync.semaphore_latency_ns
+    # the memset's result is visible an access latency after its end, then a semaphore
+    start = memset.end_ns + hw.vector.access_latency_cycles / hw.vector.clock_ghz + hw.sync.semaphore_latency_ns
     assert compute.start_ns == pytest.approx(start, rel=REL)
     assert compute.end_ns == pytest.approx(start + hw.dma.fixed_latency_ns + busy, rel=REL)
 
