@@ -266,6 +266,32 @@ def test_a_repeated_stationary_is_not_loaded_again(same_stationary):
     assert second.start_ns == pytest.approx(expected, rel=REL)
 
 
+@pytest.mark.parametrize("between", ["rewrite", "transpose"])
+def test_the_stationary_is_loaded_again_after_a_rewrite_or_a_transpose(between):
+    """Same stationary region, but rewritten (or replaced by a Tensor Engine transpose) in between: a new load."""
+    hw = load_target("trn1")
+    n = 512
+
+    def kernel():
+        bf = nl.bfloat16
+        st = sbuf((P, P), bf)
+        nisa.nc_matmul(dst=psum((P, n)), stationary=st, moving=sbuf((P, n), bf))
+        if between == "rewrite":
+            nisa.memset(dst=st, value=2.0)
+        else:
+            nisa.nc_transpose(dst=psum((P, P), bf), data=sbuf((P, P), bf))
+        nisa.nc_matmul(dst=psum((P, n)), stationary=st, moving=sbuf((P, n), bf))
+
+    first, middle, second = records(kernel)
+    ls = load_stationary_ns(hw, P)
+    if between == "rewrite":  # the load waits for the memset's result to be readable, plus a semaphore
+        ready = middle.end_ns + access_ns(hw.vector) + hw.sync.semaphore_latency_ns
+        assert second.start_ns == pytest.approx(max(ready + ls, first.end_ns), rel=REL)
+    else:  # the load overlaps the transpose, which holds the engine until its end
+        assert second.start_ns == pytest.approx(max(middle.end_ns, middle.start_ns + ls), rel=REL)
+    assert second.duration_ns == pytest.approx(matmul_ns(hw, P, n), rel=REL)
+
+
 def test_a_load_never_starts_before_the_previous_matmul():
     """The first matmul waits for late data; the second's long fp32 load cannot run ahead of it."""
     hw = load_target("trn1")

@@ -82,7 +82,8 @@ class Cost:
         bytes: bytes moved by a DMA.
         flops: floating-point operations done by the Tensor Engine.
         setup_ns: Tensor Engine LoadStationary time, which can overlap the previous matmul.
-        setup_key: what the setup loads (the stationary tile); a repeat of the last one needs no setup.
+        setup_key: the memory region the setup loads (the stationary tile); loading the same, unchanged
+            region as the previous Tensor Engine instruction needs no setup.
         table: the activation table a Scalar Engine instruction needs (switching tables costs time).
         dma_engines: ``(first, count)`` of the DMA engines a transfer is spread over.
     """

@@ -145,14 +145,14 @@ def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
         factor = hw.tensor.fp32_cycle_factor // (2 if onezero else 1)
     cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n) * factor
     load_stationary_ns = m * hw.tensor.load_stationary_cycles_per_column * factor / hw.tensor.clock_ghz
-    region = ops.stationary.region
+    region = ops.stationary.region if not ops.stationary.is_dynamic else None
     return engine_cost(
         hw,
         engine,
         cycles,
         flops=2.0 * k * m * n,
         setup_ns=load_stationary_ns,
-        setup_key=(region.storage.uid, region.r0, region.r1, region.b0, region.b1),
+        setup_key=region,
     )
 
 

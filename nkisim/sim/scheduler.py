@@ -189,13 +189,16 @@ class Scheduler:
         """Start and occupancy of a compute instruction, after its setup stage and shared ports."""
         busy = cost.busy_ns
         start = max(ready, free)
-        if cost.setup_ns and cost.setup_key != self._stationary:
+        key = None
+        if isinstance(cost.setup_key, Region):  # the tile, and which instruction last wrote it
+            key = (cost.setup_key, self.tracker.ready([cost.setup_key], [], 0)[1])
+        if cost.setup_ns and (key is None or key != self._stationary):
             # LoadStationary runs on its own stage, in the background of the previous matmul.
             load_start = max(ready, self._load_stationary_free, self._matmul_start)
             self._load_stationary_free = load_start + cost.setup_ns
             start = max(start, self._load_stationary_free)
-        if cost.setup_key is not None:
-            self._stationary = cost.setup_key
+        if engine is Engine.tensor:  # a transpose or another load replaces the stationary tile
+            self._stationary = key
         if engine is Engine.scalar and cost.table is not None and cost.table != self._table:
             if self._table is not None:
                 busy += self.hw.scalar.table_switch_cycles / self.hw.scalar.clock_ghz
