@@ -14,6 +14,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -230,3 +231,15 @@ def run_tile(
 # -- small math helpers for references ------------------------------------------------
 
 erf64 = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def assert_constraint_error(name, engine, target, call, error, message):
+    """Calling ``call`` inside a kernel raises ``error`` whose message names the instruction, its engine
+    (if any), the target, then ``message`` (a regex naming the operand and the rule)."""
+
+    def kernel():
+        call()
+
+    where = rf"\[{engine}, {target}\]" if engine else rf"\[{target}\]"
+    with pytest.raises(error, match=rf"nisa\.{name} {where}: {message}"):
+        nkisim.run(kernel, [], target=target)

@@ -28,6 +28,7 @@ from .conftest import (
     UINT8,
     UINT16,
     assert_bits_equal,
+    assert_constraint_error,
     assert_values_equal,
     f32,
     load,
@@ -414,12 +415,8 @@ CONSTRAINTS = [
     ids=[f"{row[0]}-{i}" for i, row in enumerate(CONSTRAINTS)],
 )
 def test_documented_constraints_are_checked(name, engine, target, call, error, message):
-    def kernel():
-        call()
-
-    where = rf"\[{engine}, {target}\]" if engine else rf"\[{target}\]"
-    with pytest.raises(error, match=rf"nisa\.{name} {where}: {message}"):
-        profile_of(kernel, target)
+    """Each rule names the instruction, its engine and the target, then the operand and the rule."""
+    assert_constraint_error(name, engine, target, call, error, message)
 
 
 # -- costs ----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from .conftest import (
     UINT8,
     UINT16,
     assert_bits_equal,
+    assert_constraint_error,
     assert_values_equal,
     f32,
     load,
@@ -827,13 +828,7 @@ CONSTRAINTS = [
 )
 def test_documented_constraints_are_checked(name, engine, target, call, error, message):
     """Each rule names the instruction, its engine and the target, then the operand and the rule."""
-
-    def kernel():
-        call()
-
-    where = rf"\[{engine}, {target}\]" if engine else rf"\[{target}\]"
-    with pytest.raises(error, match=rf"nisa\.{name} {where}: {message}"):
-        profile_of(kernel, target)
+    assert_constraint_error(name, engine, target, call, error, message)
 
 
 # -- costs ----------------------------------------------------------------------------
