@@ -50,8 +50,14 @@ def copy_bits(dst: Tensor, src: Tensor) -> None:
 
 
 def apply_alu(op: Op, x: np.ndarray, y: np.ndarray | np.float32, reverse: bool) -> np.ndarray:
+    """``op(x, y)``, or ``op(y, x)`` reversed, shaped like ``x`` broadcast with ``y``.
+
+    A unary operator (``abs``, ``rsqrt``, ...) reversed acts on the broadcast operand,
+    so its result is broadcast back over the tile.
+    """
     assert op.binary is not None
-    return op.binary(y, x) if reverse else op.binary(x, y)
+    result = op.binary(y, x) if reverse else op.binary(x, y)
+    return np.broadcast_to(result, np.broadcast_shapes(np.shape(x), np.shape(y)))
 
 
 # -- checks ---------------------------------------------------------------------------

@@ -431,7 +431,9 @@ def test_scalar_tensor_tensor(shape, op0, op1, rev, dtypes, out, vector, psum, t
         )
 
     got = run_tile(body, [data, other, col], shape, out, target=target, in_buffers=buffers)
-    t = ref(op0, f32(data).reshape(p, -1), col if vector else F32(-1.5), rev[0])
+    rows = f32(data).reshape(p, -1)
+    # a unary op reversed acts on the operand; its value is broadcast over the row
+    t = np.broadcast_to(ref(op0, rows, col if vector else F32(-1.5), rev[0]), rows.shape)
     want = ref(op1, t, f32(other).reshape(p, -1), rev[1])
     assert_values_equal(got, ref_cast(want.reshape(shape), out))
 
