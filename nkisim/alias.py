@@ -147,11 +147,13 @@ def _synthetic(name: str) -> types.ModuleType:
         if name == "nki.typing":
             module.__doc__ = "Type annotations for NKI kernel parameters (nkisim: accepted, not checked)."
             module.tensor = _TensorAnnotation()  # type: ignore[attr-defined]
+            module.mutable_tensor = _TensorAnnotation()  # type: ignore[attr-defined]  # an output written in place
         else:
             from nkisim.nki import isa
 
             module.__doc__ = "NKI's ISA enums (``from nki.isa.constants import dge_mode``)."
-            for enum_name in ("dge_mode", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd"):
+            enums = ("dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd")
+            for enum_name in enums:
                 setattr(module, enum_name, getattr(isa, enum_name))
         _MADE[name] = module
     return _MADE[name]

@@ -46,7 +46,11 @@ def make_stub(spec: InstructionSpec) -> Callable[..., None]:
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = spec.doc
-    stub.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    try:
+        signature = inspect.Signature(params)
+    except ValueError:  # a NKI 0.2 positional argument that NKI 0.3 made optional (affine_select's offset)
+        signature = inspect.Signature(params, __validate_parameters__=False)
+    stub.__signature__ = signature  # type: ignore[attr-defined]
     stub.__module__ = "nkisim.nki.isa"
     return stub
 

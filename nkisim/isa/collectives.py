@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
+from nkisim.isa import enums
 from nkisim.isa.common import check_in
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, instruction
 from nkisim.memory import Buffer, Region, Tensor, dtype_name
@@ -105,6 +106,7 @@ class SendRecvOps(Operands):
     send_to_rank: int
     recv_from_rank: int
     pipe_id: int
+    dma_engine: enums.dma_engine = enums.dma_engine.dma  # NKI 0.3; the GpSimd DMA path costs the same here
 
     def synchronise(
         self, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check

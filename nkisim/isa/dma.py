@@ -19,7 +19,7 @@ from nkisim.isa.common import F32, check_in, copy_bits, f32, same_format, write
 from nkisim.isa.ops import OPS, Op
 from nkisim.isa.spec import Access, Check, Cost, EngineState, In, Operands, Out, instruction
 from nkisim.memory import Buffer, Tensor, dtype_name
-from nkisim.memory.access import apply_dynamic
+from nkisim.memory.access import apply_dynamic, gather
 
 DMA_MEMORIES = (Buffer.hbm, Buffer.private_hbm, Buffer.shared_hbm, Buffer.sbuf)
 #: The most source tensors one ``dma_compute`` takes [nki.isa.dma_compute].
@@ -223,6 +223,9 @@ def _dma_transpose_validate(ops: DmaTransposeOps, chk: Check) -> None:
         ops.dst.partitions != out_shape[0] or ops.dst.size != ops.src.size  # NKI 0.2 lets the free dims be reshaped
     ):
         chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} must be the transposed shape {list(out_shape)}")
+    if ops.src.is_dynamic:  # NKI 0.3 indirect transpose (a vector_offset gather of rows, then transposed)
+        _check_indirect_transpose(ops, chk)
+        return
     if ops.dge_mode not in (enums.dge_mode.unknown, enums.dge_mode.hwdge):
         chk.fail(
             OperandError,
@@ -232,6 +235,26 @@ def _dma_transpose_validate(ops: DmaTransposeOps, chk: Check) -> None:
     check_dge_mode(chk, ops.dge_mode)
     if ops.dge_mode is enums.dge_mode.hwdge:
         _check_hwdge_transpose(ops, chk)
+
+
+def _check_indirect_transpose(ops: DmaTransposeOps, chk: Check) -> None:
+    """NKI 0.3's DMA indirect transpose constraints (lowered to a software-DGE gather transpose)."""
+    if ops.dge_mode not in (enums.dge_mode.unknown, enums.dge_mode.swdge):
+        chk.fail(
+            OperandError,
+            "dge_mode",
+            f"{ops.dge_mode.name} is not valid for an indirect transpose; use dge_mode.unknown or dge_mode.swdge",
+        )
+    if chk.hw.nc_version < 3:
+        chk.fail(TargetError, "src", "an indirect (vector_offset) transpose needs NeuronCore-v3 or newer")
+    if ops.src.buffer.is_on_chip:
+        chk.fail(MemoryKindError, "src", "an indirect transpose reads from HBM")
+    if ops.dst.is_dynamic:
+        chk.fail(OperandError, "dst", "an indirect transpose writes a static SBUF tile")
+    if ops.src.itemsize != 2:
+        chk.fail(DtypeError, "src", f"dtype {dtype_name(ops.src.dtype)} is not 2 bytes, as an indirect transpose needs")
+    if ops.src.shape[-1] > 128:
+        chk.fail(ShapeError, "src", f"shape[-1] is {ops.src.shape[-1]}; an indirect transpose takes at most 128")
 
 
 def _check_hwdge_transpose(ops: DmaTransposeOps, chk: Check) -> None:
@@ -260,7 +283,13 @@ def _dma_transpose_cost(ops: DmaTransposeOps, hw: HwConfig, engine: Engine) -> C
 )
 def dma_transpose(ops: DmaTransposeOps, state: EngineState) -> None:
     """``dst = src.transpose(axes)``: ``(1, 0)``, ``(2, 1, 0)`` or ``(3, 1, 2, 0)`` by rank, bit-exact."""
-    ops.dst.array[...] = np.transpose(ops.src.array, transpose_axes(ops)).reshape(ops.dst.shape)
+    axes = transpose_axes(ops)
+    if not ops.src.is_dynamic:
+        ops.dst.array[...] = np.transpose(ops.src.array, axes).reshape(ops.dst.shape)
+        return
+    values, ok = gather(ops.src, ops.oob_mode is enums.oob_mode.skip)  # skipped rows leave dst as it was
+    keep = np.transpose(ok, axes).reshape(ops.dst.shape)
+    ops.dst.array[keep] = np.transpose(values, axes).reshape(ops.dst.shape)[keep]
 
 
 # -- dma_compute ----------------------------------------------------------------------

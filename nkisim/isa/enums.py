@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 
 
@@ -38,9 +39,22 @@ class matmul_perf_mode(Enum):
     double_row = "double_row"
 
 
+class dma_engine(Enum):
+    """Which DMA mechanism a transfer uses (NKI 0.3+; ``nisa.sendrecv(dma_engine=...)``)."""
+
+    dma = 1
+    gpsimd_dma = 2
+
+
+@functools.total_ordering
 class nc_version(Enum):
-    """NeuronCore version of a target."""
+    """NeuronCore version of a target; versions compare in order (``get_nc_version() >= nc_version.gen3``)."""
 
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, nc_version):
+            return NotImplemented
+        return self.value < other.value

@@ -14,7 +14,7 @@ from nkisim.memory import Buffer
 class IotaOps(Operands):
     dst: Out
     pattern: list[list[int]] | tuple[tuple[int, int], ...]
-    offset: int
+    offset: int = 0  # required in NKI 0.2; NKI 0.3 defaults it to 0
     channel_multiplier: int = 0
 
 

@@ -51,7 +51,7 @@ _COMPARISONS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_
 class AffineSelectOps(Operands):
     dst: Out
     pattern: list[list[int]] | tuple[tuple[int, int], ...]
-    offset: int
+    offset: int = 0  # required in NKI 0.2 (third); NKI 0.3 moved it last with default 0
     channel_multiplier: int
     on_true_tile: In
     on_false_value: float | int
@@ -73,7 +73,9 @@ def _affine_select_validate(ops: AffineSelectOps, chk: Check) -> None:
         if not _INT32[0] <= value <= _INT32[1]:
             chk.fail(OperandError, name, f"{value} is not an int32 value")
     value = float(ops.on_false_value)
-    if np.isfinite(value) and abs(value) > float(np.finfo(np.float32).max):
+    with np.errstate(over="ignore"):
+        overflows = np.isfinite(value) and not np.isfinite(np.float32(value))  # -3.4028235e38 rounds to -max
+    if overflows:
         chk.fail(DtypeError, "on_false_value", f"{value} is not a float32 value")
     check_one_of(chk, "cmp_op", ops.cmp_op, _COMPARISONS)
 

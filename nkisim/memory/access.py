@@ -210,9 +210,14 @@ def access_pattern(
     base = layout.base
     if not _is_int(indirect_dim):
         raise OperandError(f".ap: indirect_dim {indirect_dim!r} must be an integer")
-    if not 0 <= indirect_dim < base.ndim:
-        raise OperandError(f".ap: indirect_dim {indirect_dim} is not a dim of {base!r}")
-    stride_bytes = math.prod(base.shape[indirect_dim + 1 :]) * base.itemsize
+    # indirect_dim names a dim of the tensor .ap is called on: an HBM tensor reshaped to expose a dim
+    # (x.reshape((2, 2, 8)).ap(..., indirect_dim=0)) moves by that view's stride, not the allocation's.
+    shaped = tensor if not layout.on_chip and tensor.ndim > indirect_dim >= 0 else base
+    if not 0 <= indirect_dim < shaped.ndim:
+        raise OperandError(f".ap: indirect_dim {indirect_dim} is not a dim of {shaped!r}")
+    stride_bytes = shaped.array.strides[indirect_dim] if shaped is tensor else 0
+    if stride_bytes <= 0:
+        stride_bytes = math.prod(base.shape[indirect_dim + 1 :]) * base.itemsize
     if stride_bytes % dt.itemsize:
         raise OperandError(f".ap: dim {indirect_dim} of {base!r} is not a whole number of {dt.itemsize}-byte elements")
     stride = stride_bytes // dt.itemsize
@@ -356,7 +361,7 @@ class DynamicTensor(Tensor):
     def array(self) -> np.ndarray:  # type: ignore[override]
         """The view at the current offset; raises :class:`BoundsError` when it leaves the allocation."""
         if self._vector is not None:
-            raise OperandError(f"{self!r} gathers rows by vector_offset; only nisa.dma_copy can use it")
+            raise OperandError(f"{self!r} gathers rows by vector_offset; only nisa.dma_copy/dma_transpose use it")
         value = self._scalar_value()
         offset = self._offset + value * self._stride
         _check_static(self._layout, self._pairs, offset, f"scalar_offset {value} of {self!r}")
@@ -420,6 +425,15 @@ def _read(t: Tensor, skip_oob: bool, role: str) -> tuple[np.ndarray, np.ndarray,
     rows = t._layout.typed_rows()
     r, c = t.locate(np.where(ok, addr, 0))
     return rows[r, c], ok, addr
+
+
+def gather(src: Tensor, skip_oob: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The values a dynamic view reads, in its shape, and which are in bounds.
+
+    Out-of-bounds rows raise :class:`BoundsError` unless ``skip_oob`` (then their mask is False).
+    """
+    values, ok, _ = _read(src, skip_oob, "src")
+    return values, ok
 
 
 def apply_dynamic(dst: Tensor, src: Tensor, skip_oob: bool, body: Callable[[Tensor, Tensor], None]) -> None:

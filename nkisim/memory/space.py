@@ -96,6 +96,7 @@ class Allocation:
     loc: SourceLoc | None
     partition_offset: int = 0
     handle: int = -1
+    placed: bool = False  # at an explicit address (``nl.ndarray(address=...)``)
 
     def overlaps(self, offset: int, nbytes: int, partition_offset: int, partitions: int) -> bool:
         bytes_meet = offset < self.offset + self.nbytes and self.offset < offset + nbytes
@@ -160,11 +161,13 @@ class OnChipMemory:
         does not move.
 
         Raises:
-            CapacityError: if the range overlaps a live allocation, naming both.
+            CapacityError: if the range overlaps a live allocation the allocator made, naming both.
+                Explicitly placed tiles may overlap each other: kernels that manage their own
+                addresses (NKI 0.3 allocators) rotate buffers through the same bytes, as on hardware.
         """
         label = Allocation(offset, nbytes, partitions, what, loc).label
         for alloc in self.live.values():
-            if alloc.overlaps(offset, max(nbytes, 1), partition_offset, partitions):
+            if not alloc.placed and alloc.overlaps(offset, max(nbytes, 1), partition_offset, partitions):
                 where = f" (allocated at {alloc.loc})" if alloc.loc else ""
                 raise CapacityError(
                     f"{self.name.upper()} address (partition {partition_offset}, byte {offset}) for {label} "
@@ -173,7 +176,7 @@ class OnChipMemory:
                     f"{where}",
                     loc=loc,
                 )
-        return self._add(Allocation(offset, nbytes, partitions, what, loc, partition_offset))
+        return self._add(Allocation(offset, nbytes, partitions, what, loc, partition_offset, placed=True))
 
     def _add(self, alloc: Allocation) -> Allocation:
         alloc.handle = next(self._handles)

@@ -108,7 +108,7 @@ class Tensor:
 
     def __getitem__(self, index: Any) -> Tensor:
         key = self._normalise_index(index)
-        view = self.array[key]
+        view = self.array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
         if self.buffer.is_on_chip:
             while view.ndim < 2:
                 view = view[..., np.newaxis]

@@ -6,8 +6,10 @@ CPU-simulator entry point. To run kernel files that ``import nki`` unchanged, se
 :func:`nkisim.install_nki_alias`.
 """
 
+from numpy import dtype  # the type of every NKI data type (``nl.bfloat16`` is a numpy dtype here)
+
 from nkisim.frontend.jit import Kernel, jit
 from nkisim.frontend.simulate import simulate
 from nkisim.nki import isa, language
 
-__all__ = ["Kernel", "isa", "jit", "language", "simulate"]
+__all__ = ["Kernel", "dtype", "isa", "jit", "language", "simulate"]

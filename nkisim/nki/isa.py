@@ -10,7 +10,7 @@ from nkisim.errors import KernelError as NkiValidationError
 from nkisim.frontend.context import current_context
 from nkisim.frontend.stubs import STUBS
 from nkisim.hw import Engine as engine  # noqa: N813 - NKI's name
-from nkisim.isa.enums import dge_mode, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from nkisim.isa.enums import dge_mode, dma_engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from nkisim.isa.registers import VirtualRegister, register_alloc
 
 tensor_engine = engine.tensor
@@ -31,6 +31,7 @@ __all__ = [
     "NkiValidationError",
     "VirtualRegister",
     "dge_mode",
+    "dma_engine",
     "engine",
     "get_nc_version",
     "matmul_perf_mode",

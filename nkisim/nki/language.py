@@ -5,6 +5,8 @@ Kernels use it exactly as NKI's: ``import nkisim.nki.language as nl``.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,53 @@ float8_e4m3fn = NKI_DTYPES["float8_e4m3fn"]
 float8_e5m2_x4 = NKI_DTYPES["float8_e5m2_x4"]
 float8_e4m3fn_x4 = NKI_DTYPES["float8_e4m3fn_x4"]
 float4_e2m1fn_x4 = NKI_DTYPES["float4_e2m1fn_x4"]
+
+# -- user classes (NKI 0.3+) ----------------------------------------------------------
+
+
+class _NKIObjectMeta(type):
+    """Builds NKI objects the way NKI translates them: from the keyword arguments given."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        init = cls.__init__
+        generated = getattr(getattr(init, "__code__", None), "co_filename", "") == "<string>"
+        if not dataclasses.is_dataclass(cls) or not generated:
+            return super().__call__(*args, **kwargs)
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        if len(args) > len(fields):
+            raise TypeError(f"{cls.__name__}() takes at most {len(fields)} positional arguments")
+        obj = cls.__new__(cls)
+        values = {f.name: a for f, a in zip(fields, args)}
+        for name, value in kwargs.items():
+            if name in values:
+                raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
+            values[name] = value
+        for f in fields:
+            if f.name in values:
+                continue
+            if f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                values[f.name] = f.default_factory()
+        obj.__dict__.update(values)
+        post_init = getattr(obj, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+        return obj
+
+
+class NKIObject(metaclass=_NKIObjectMeta):
+    """Base class for user classes used in kernels (NKI 0.3+): keyword arguments become attributes.
+
+    As in NKI, which translates such objects through their ``__dict__``, a dataclass
+    subclass takes its fields by position or keyword, takes keywords that are not
+    fields (plain class attributes) too, and leaves a field that is not given and has
+    no default unset. A subclass's own ``__init__`` is called as usual.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
 
 # -- buffers --------------------------------------------------------------------------
 sbuf = Buffer.sbuf
@@ -129,7 +178,13 @@ def empty_like(x: Tensor, dtype: Any = None, buffer: Any = None, name: str = "")
 
 
 def shared_constant(constant: Any, dtype: Any = None) -> Tensor:
-    """An HBM tensor holding compile-time constant data."""
+    """An HBM tensor holding compile-time constant data: an array, or (NKI 0.3) the path of a ``.npy`` file."""
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            constant = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            where = os.fspath(constant)
+            raise OperandError(f"nl.shared_constant: cannot load {where!r} as a .npy file: {exc}") from None
     values = np.asarray(constant)
     try:
         dt = to_dtype(dtype if dtype is not None else values.dtype)
@@ -138,9 +193,19 @@ def shared_constant(constant: Any, dtype: Any = None) -> Tensor:
     return current_context().memory.hbm_tensor_from(values.astype(dt), dt, "shared_constant")
 
 
-def shared_identity_matrix(n: int, dtype: Any = "uint8") -> Tensor:
-    """An ``n x n`` identity matrix in HBM."""
-    return shared_constant(np.eye(n), dtype)
+def shared_identity_matrix(n: int, dtype: Any = "uint8", dst: Tensor | None = None) -> Tensor:
+    """An ``n x n`` identity matrix in SBUF (NKI 0.3), loaded by one DMA from a shared HBM constant.
+
+    With ``dst`` (an SBUF ``[n, n]`` tile) the matrix is written there and ``dst`` is returned.
+    """
+    loc = user_location()
+    hbm = shared_constant(np.eye(n), dtype if dst is None else dst.dtype)
+    if dst is None:
+        dst = ndarray((n, n), hbm.dtype, sbuf, name="identity")
+    elif dst.buffer is not Buffer.sbuf or tuple(dst.shape) != (n, n):
+        raise ShapeError(f"nl.shared_identity_matrix: dst must be an SBUF [{n}, {n}] tile, got {dst!r}", loc=loc)
+    current_context().emit("dma_copy", {"dst": dst, "src": hbm}, loc)
+    return dst
 
 
 def _shape(shape: Any, buffer: Buffer, partitions: int, loc: Any) -> tuple[int, ...]:

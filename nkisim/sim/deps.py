@@ -40,7 +40,7 @@ def _latest(
     """The latest ``end`` over the cells, plus ``sync_ns`` where the producer is on another track."""
     for r in range(r0, r1):
         for c in range(c0, c1):
-            producer = ids[r, c]
+            producer = ids[r, c] - 1  # ids hold index + 1, so that fresh (zeroed) cells mean "none"
             if producer < 0:
                 continue
             t = ends[r, c]
@@ -58,7 +58,7 @@ def _record_read(ends: np.ndarray, ids: np.ndarray, r0: int, r1: int, c0: int, c
         for c in range(c0, c1):
             if ends[r, c] < end:
                 ends[r, c] = end
-                ids[r, c] = index
+                ids[r, c] = index + 1
 
 
 @dataclass
@@ -72,7 +72,11 @@ class _Grid:
 
     def cells(self, region: Region) -> tuple[int, int, int, int]:
         rg, cg = self.row_granule, self.col_granule
-        return region.r0 // rg, -(-region.r1 // rg), region.b0 // cg, -(-region.b1 // cg)
+        rows, cols = self.writer.shape
+        # clamped: the numba loops do no bounds checks, and a region past the grid would read stray memory
+        r0, r1 = min(max(region.r0 // rg, 0), rows), min(max(-(-region.r1 // rg), 0), rows)
+        c0, c1 = min(max(region.b0 // cg, 0), cols), min(max(-(-region.b1 // cg), 0), cols)
+        return r0, r1, c0, c1
 
 
 class AccessTracker:
@@ -93,9 +97,9 @@ class AccessTracker:
             shape = (-(-storage.rows // storage.row_granule), -(-storage.row_bytes // storage.col_granule))
             grid = _Grid(
                 write_end=np.zeros(shape),
-                writer=np.full(shape, -1, dtype=np.int64),
+                writer=np.zeros(shape, dtype=np.int64),
                 read_end=np.zeros(shape),
-                reader=np.full(shape, -1, dtype=np.int64),
+                reader=np.zeros(shape, dtype=np.int64),
                 row_granule=storage.row_granule,
                 col_granule=storage.col_granule,
             )
@@ -139,4 +143,4 @@ class AccessTracker:
             grid = self._grid(region.storage)
             r0, r1, c0, c1 = grid.cells(region)
             grid.write_end[r0:r1, c0:c1] = visible
-            grid.writer[r0:r1, c0:c1] = index
+            grid.writer[r0:r1, c0:c1] = index + 1
