@@ -72,10 +72,12 @@ class _Grid:
 
     def cells(self, region: Region) -> tuple[int, int, int, int]:
         rg, cg = self.row_granule, self.col_granule
+        r0, r1, c0, c1 = region.r0 // rg, -(-region.r1 // rg), region.b0 // cg, -(-region.b1 // cg)
         rows, cols = self.writer.shape
-        # clamped: the numba loops do no bounds checks, and a region past the grid would read stray memory
-        r0, r1 = min(max(region.r0 // rg, 0), rows), min(max(-(-region.r1 // rg), 0), rows)
-        c0, c1 = min(max(region.b0 // cg, 0), cols), min(max(-(-region.b1 // cg), 0), cols)
+        if r0 < 0 or c0 < 0 or r1 > rows or c1 > cols:
+            # clamped: the numba loops do no bounds checks, and a region past the grid would read stray memory
+            r0, r1 = min(max(r0, 0), rows), min(max(r1, 0), rows)
+            c0, c1 = min(max(c0, 0), cols), min(max(c1, 0), cols)
         return r0, r1, c0, c1
 
 
