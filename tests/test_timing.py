@@ -32,6 +32,7 @@ import pytest
 import nkisim
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
+from nkisim.examples.tensor_add import nki_tensor_add
 from nkisim.hw import load_target
 
 REL = 1e-9
@@ -790,27 +791,10 @@ def test_dma_bandwidth_booking_fills_the_first_gap_that_fits():
 # -- whole kernels --------------------------------------------------------------------
 
 
-def tiled_add(a_input, b_input):
-    """The tiled add of the tensor_add example: per [128, 512] block, load a and b, add on Vector, store."""
-    c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
-    rows, cols = a_input.shape
-    tile_rows, tile_cols = 128, 512
-    for m in nl.affine_range(rows // tile_rows):
-        for n in nl.affine_range(cols // tile_cols):
-            block = (slice(m * tile_rows, (m + 1) * tile_rows), slice(n * tile_cols, (n + 1) * tile_cols))
-            a_tile = nl.ndarray(shape=(tile_rows, tile_cols), dtype=a_input.dtype, buffer=nl.sbuf)
-            b_tile = nl.ndarray(shape=(tile_rows, tile_cols), dtype=b_input.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=a_tile, src=a_input[block])
-            nisa.dma_copy(dst=b_tile, src=b_input[block])
-            c_tile = nl.ndarray(shape=(tile_rows, tile_cols), dtype=a_input.dtype, buffer=nl.sbuf)
-            nisa.tensor_tensor(dst=c_tile, data1=a_tile, data2=b_tile, op=nl.add)
-            nisa.dma_copy(dst=c_output[block], src=c_tile)
-    return c_output
-
-
 @pytest.fixture
 def tensor_add():
-    return tiled_add
+    """The tiled add of the tensor_add example: per [128, 512] block, load a and b, add on Vector, store."""
+    return nki_tensor_add
 
 
 def test_single_tile_tensor_add_timeline(tensor_add):
