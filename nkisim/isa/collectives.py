@@ -18,9 +18,11 @@ The data exchange happens at the meeting, not in the (empty) semantics functions
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError, SourceLoc, TargetError
+from pydantic import BeforeValidator
+
+from nkisim.errors import DtypeError, OperandError, ShapeError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
 from nkisim.isa.common import check_in
@@ -54,9 +56,14 @@ def _meet(peer: Peer | None, chk: Check, key: tuple[Any, ...], payload: Any) -> 
 # -- core_barrier ---------------------------------------------------------------------
 
 
+def _as_core_tuple(cores: Any) -> Any:
+    """NKI 0.3 kernels write ``cores=(0)``, which is the int 0: read it as the one-core tuple."""
+    return (cores,) if isinstance(cores, int) else cores
+
+
 class CoreBarrierOps(Operands):
     data: Tensor
-    cores: tuple[int, ...]
+    cores: Annotated[tuple[int, ...], BeforeValidator(_as_core_tuple)]
     engine: Engine = Engine.unknown
 
     def extra_accesses(self) -> tuple[list[Region], list[Region]]:
@@ -66,17 +73,18 @@ class CoreBarrierOps(Operands):
     def synchronise(
         self, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check
     ) -> tuple[float, Cost]:
-        arrivals = _meet(peer, chk, ("core_barrier",), (arrival_ns, self.data.storage.uid))
+        if len(self.cores) == 1:  # a barrier of one core: nothing to wait for
+            return arrival_ns, cost
+        shared = self.data.buffer is Buffer.shared_hbm
+        arrivals = _meet(peer, chk, ("core_barrier",), (arrival_ns, self.data.storage.uid if shared else None))
         if len({uid for _, uid in arrivals}) != 1:
             chk.fail(OperandError, "data", "must be the same shared HBM tensor in both programs")
         return max(t for t, _ in arrivals), cost
 
 
 def _core_barrier_validate(ops: CoreBarrierOps, chk: Check) -> None:
-    if ops.data.buffer is not Buffer.shared_hbm:
-        chk.fail(MemoryKindError, "data", f"must be in shared HBM, not {ops.data.buffer.value} ({ops.data.name})")
-    if tuple(ops.cores) != LNC2_CORES:
-        chk.fail(OperandError, "cores", f"{tuple(ops.cores)} is not supported; only {LNC2_CORES} (LNC=2)")
+    if tuple(ops.cores) not in (LNC2_CORES, (0,), (1,)):
+        chk.fail(OperandError, "cores", f"{tuple(ops.cores)} is not supported; only {LNC2_CORES} (LNC=2) or one core")
 
 
 def _core_barrier_cost(ops: CoreBarrierOps, hw: HwConfig, engine: Engine) -> Cost:

@@ -226,11 +226,11 @@ def _dma_transpose_validate(ops: DmaTransposeOps, chk: Check) -> None:
     if ops.src.is_dynamic:  # NKI 0.3 indirect transpose (a vector_offset gather of rows, then transposed)
         _check_indirect_transpose(ops, chk)
         return
-    if ops.dge_mode not in (enums.dge_mode.unknown, enums.dge_mode.hwdge):
+    if ops.dge_mode is enums.dge_mode.swdge:  # NKI 0.3 kernels also pass dge_mode.none: static descriptors
         chk.fail(
             OperandError,
             "dge_mode",
-            f"{ops.dge_mode.name} is not valid for a direct transpose; use dge_mode.unknown or dge_mode.hwdge",
+            "swdge is not valid for a direct transpose; use dge_mode.unknown, none or hwdge",
         )
     check_dge_mode(chk, ops.dge_mode)
     if ops.dge_mode is enums.dge_mode.hwdge:

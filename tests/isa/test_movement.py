@@ -293,10 +293,10 @@ def test_dma_transpose_dge_modes():
 
     with pytest.raises(TargetError, match=r"\[DMA, trn1\]: dge_mode hwdge .* needs NeuronCore-v3"):
         run_kernel(lambda: kernel(nisa.dge_mode.hwdge), [], "trn1")
-    for mode in (nisa.dge_mode.swdge, nisa.dge_mode.none):
-        with pytest.raises(OperandError, match=rf"dge_mode {mode.name} is not valid for a direct transpose"):
-            run_kernel(lambda mode=mode: kernel(mode), [], "trn2")
+    with pytest.raises(OperandError, match=r"dge_mode swdge is not valid for a direct transpose"):
+        run_kernel(lambda: kernel(nisa.dge_mode.swdge), [], "trn2")
     run_kernel(lambda: kernel(nisa.dge_mode.unknown), [], "trn1")
+    run_kernel(lambda: kernel(nisa.dge_mode.none), [], "trn1")  # NKI 0.3: static descriptors, no DGE
 
 
 @pytest.mark.parametrize(
