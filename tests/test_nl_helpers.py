@@ -649,6 +649,31 @@ def test_accumulate_true_on_fresh_psum_shows_the_undefined_read():
     assert np.isnan(out).all()  # never-written PSUM is poisoned with NaN
 
 
+@pytest.mark.parametrize("target", ["trn2", "trn3"])
+def test_inferred_accumulation_belongs_to_the_tile_not_its_bytes(target):
+    """Tiles placed at one PSUM address, all allocated up front: each tile's first matmul overwrites.
+
+    The bytes still hold the previous tile's sum; adding to it would mix the two groups.
+    """
+    rng = np.random.default_rng(5)
+    x = values(rng, (32, 16), FP32)
+    ys = [values(rng, (32, 8), FP32) for _ in range(4)]
+
+    def kernel(xh, *yh):
+        xt = nl.load(xh)
+        groups = [nl.ndarray((16, 8), nl.float32, buffer=nl.psum, address=(0, 0)) for _ in range(2)]
+        out = nl.ndarray((2, 16, 8), nl.float32, buffer=nl.shared_hbm)
+        for g, acc in enumerate(groups):
+            for y in yh[2 * g : 2 * g + 2]:
+                nisa.nc_matmul(acc[...], xt, nl.load(y))
+            nisa.dma_copy(dst=out[g], src=nl.copy(acc))
+        return out
+
+    p = [f32(x).T.astype(np.float64) @ f32(y) for y in ys]
+    expected = np.stack([p[0] + p[1], p[2] + p[3]]).astype(np.float32)
+    assert_same(nkisim.run(kernel, [x, *ys], target=target).outputs, expected, rtol=1e-6)
+
+
 # -- nl.ndarray(address=) -------------------------------------------------------------
 
 

@@ -191,6 +191,7 @@ class NcMatmulMxOps(Operands):
     moving_scale: In
     tile_position: tuple[int, ...] | list[int] | None = None
     tile_size: tuple[int, ...] | list[int] | None = None
+    accumulate: bool | None = None
 
 
 def _row_tile(ops: NcMatmulMxOps, chk: Check) -> int:
@@ -293,4 +294,4 @@ def nc_matmul_mx(ops: NcMatmulMxOps, state: EngineState) -> None:
     moving = _dequantized(ops.moving, ops.moving_scale)
     with np.errstate(over="ignore", invalid="ignore"):
         product = stationary.T @ moving
-    _accumulate(ops.dst, product)
+    _accumulate(ops.dst, product, ops.accumulate)

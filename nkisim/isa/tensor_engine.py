@@ -184,20 +184,33 @@ def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:
 
 
 def _accumulate(dst: Tensor, product: np.ndarray, accumulate: bool | None = None) -> None:
-    flags_storage = dst.storage.acc_flags
-    assert flags_storage is not None
-    flags = np.ndarray(dst.shape, np.uint8, flags_storage, dst.byte_offset, dst.array.strides)
+    """Write ``product`` to PSUM ``dst``, overwriting or adding as ``accumulate`` says.
+
+    ``None`` infers it per byte, as the compiler does per tile: add where this tile's
+    own matmuls wrote before, overwrite bytes never written by a matmul through this
+    tile (fresh ones, or ones another tile at the same address wrote).
+    """
+    owners_storage = dst.storage.acc_flags
+    assert owners_storage is not None
+    owners = np.ndarray(dst.shape, np.int64, owners_storage, dst.byte_offset * 8, _owner_strides(dst))
     product = product.reshape(dst.shape)
     if accumulate is not None:  # NKI 0.3+: explicit overwrite or accumulate, whatever wrote dst before
         total = f32(dst) + product if accumulate else product
-    elif not flags.any():
-        total = product
-    elif flags.all():
-        total = f32(dst) + product
     else:
-        total = np.where(flags != 0, f32(dst) + product, product)
+        mine = owners == dst.uid
+        if not mine.any():
+            total = product
+        elif mine.all():
+            total = f32(dst) + product
+        else:
+            total = np.where(mine, f32(dst) + product, product)
     dst.array[...] = cast(total, dst.dtype)
-    flags[...] = 1
+    owners[...] = dst.uid
+
+
+def _owner_strides(dst: Tensor) -> tuple[int, ...]:
+    """``dst``'s byte strides over the owner array (eight bytes per PSUM byte)."""
+    return tuple(stride * 8 for stride in dst.array.strides)
 
 
 # -- nc_transpose ---------------------------------------------------------------------

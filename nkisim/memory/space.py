@@ -65,8 +65,8 @@ class Storage:
         on_chip = kind != "hbm"
         self.row_granule = 1 if on_chip else max(1, -(-rows // 2048))
         self.col_granule = 64 if on_chip else max(64, _next_pow2(-(-row_bytes // 128)))
-        #: PSUM only: one byte per byte, nonzero where a matmul has written since allocation.
-        self.acc_flags = np.zeros((rows, row_bytes), dtype=np.uint8) if kind == "psum" else None
+        #: PSUM only: per byte, the ``uid`` of the tile whose matmul wrote it last (0: none).
+        self.acc_flags = np.zeros((rows, row_bytes), dtype=np.int64) if kind == "psum" else None
 
     @property
     def rows(self) -> int:

@@ -100,8 +100,6 @@ class MemorySystem:
         )
         tensor = Tensor(array, dtype, buffer, name, storage, None)
         weakref.finalize(tensor, memory.free, alloc.handle)
-        if storage.acc_flags is not None:
-            storage.acc_flags[row : row + partitions, offset : offset + free_bytes] = 0
         return tensor
 
     def _hbm_storage(self, shape: tuple[int, ...], itemsize: int) -> Storage:

@@ -9,6 +9,7 @@ against the tensor's bounds.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,9 @@ class Region:
     r1: int
     b0: int
     b1: int
+
+
+_tensor_ids = itertools.count(1)
 
 
 class DynSlice:
@@ -56,7 +60,7 @@ class Tensor:
         name: the name given at creation, or an automatic one.
     """
 
-    __slots__ = ("__weakref__", "_base", "_region", "array", "buffer", "dtype", "name", "storage")
+    __slots__ = ("__weakref__", "_base", "_region", "array", "buffer", "dtype", "name", "storage", "uid")
 
     def __init__(
         self, array: np.ndarray, dtype: np.dtype, buffer: Buffer, name: str, storage: Storage, base: Tensor | None
@@ -68,6 +72,8 @@ class Tensor:
         self.storage = storage
         self._base = base
         self._region: Region | None = None
+        #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
+        self.uid: int = next(_tensor_ids) if base is None else base.uid
 
     @property
     def shape(self) -> tuple[int, ...]:
