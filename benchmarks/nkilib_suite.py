@@ -184,6 +184,7 @@ def run_suite(
         f"--junitxml={junit}",
         "-q",
         "--tb=line",
+        "--nkisim-prune-artifacts",  # the suite writes every test's inputs and outputs: ~80 GB for a run
     ]
     if not everything:
         cmd += ["-m", "fast"]

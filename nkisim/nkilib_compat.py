@@ -23,7 +23,9 @@ NeuronCore generation. Its helpers import ``neuron_dtypes`` and
   harness modules the public suite imports but does not ship (hardware-only; they
   are served only when the suite has no such file);
 * a work-around for the suite's ``Orchestrator._compiled_kernel`` being read
-  before it is ever set in simulation mode (a class default of ``None``).
+  before it is ever set in simulation mode (a class default of ``None``);
+* ``--nkisim-prune-artifacts``: delete each passing test's output directory (the
+  suite writes every input, golden and output to disk, tens of GB per run).
 
 It never shadows a real installation: if ``nki``, ``nki_cpu_simulator``,
 ``neuron_dtypes`` or ``neuronxcc`` is importable, it refuses with a usage error.
@@ -37,8 +39,10 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import shutil
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -313,6 +317,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("trace_only") is not None:
             item.add_marker(skip)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--nkisim-prune-artifacts",
+        action="store_true",
+        help="delete each passing test's output directory (the suite writes every input and output to disk)",
+    )
+
+
+_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.stash[_PASSED] = report.passed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    yield
+    if item.config.getoption("--nkisim-prune-artifacts", False) and item.stash.get(_PASSED, False):
+        _remove_test_output(item.config)
+
+
+def _remove_test_output(config: pytest.Config) -> None:
+    """Remove the passing test's directory, named as the suite's harness names it (while its teardown runs)."""
+    try:
+        from test.utils.feature_flag_helper import (  # type: ignore[import-not-found]
+            construct_test_output_directory_name,
+            resolve_base_output_directory,
+        )
+    except ImportError:
+        return
+    path = Path(resolve_base_output_directory(config)) / construct_test_output_directory_name()
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
