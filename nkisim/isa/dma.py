@@ -298,22 +298,28 @@ def dma_transpose(ops: DmaTransposeOps, state: EngineState) -> None:
 class DmaComputeOps(Operands):
     dst: Out
     srcs: Annotated[list[Tensor], Access.read]
-    scales: list[float]
+    scales: list[float] | None = None  # required in NKI 0.2; NKI 0.3 defaults it to all 1.0
     reduce_op: Op
+    unique_indices: bool = True
+    oob_mode: enums.oob_mode = enums.oob_mode.error
 
     def accessed(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
         reads, writes = super().accessed()
         reads.extend((f"srcs[{i}]", t) for i, t in enumerate(self.srcs))
         return reads, writes
 
+    @property
+    def scale_values(self) -> list[float]:
+        return [1.0] * len(self.srcs) if self.scales is None else list(self.scales)
+
 
 def _dma_compute_validate(ops: DmaComputeOps, chk: Check) -> None:
     if not 1 <= len(ops.srcs) <= MAX_DMA_COMPUTE_SRCS:
         chk.fail(OperandError, "srcs", f"has {len(ops.srcs)} tensors; give 1 to {MAX_DMA_COMPUTE_SRCS}")
-    if len(ops.scales) != len(ops.srcs):
+    if ops.scales is not None and len(ops.scales) != len(ops.srcs):
         chk.fail(OperandError, "scales", f"has {len(ops.scales)} values for {len(ops.srcs)} srcs")
-    if any(s != 1.0 for s in ops.scales):
-        chk.fail(OperandError, "scales", f"{list(ops.scales)} must all be 1.0")
+    if any(s != 1.0 for s in ops.scale_values):
+        chk.fail(OperandError, "scales", f"{list(ops.scale_values)} must all be 1.0")
     if ops.reduce_op is not OPS["add"]:
         chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; only nl.add")
     check_in(chk, "dst", ops.dst, *DMA_MEMORIES)
@@ -322,6 +328,19 @@ def _dma_compute_validate(ops: DmaComputeOps, chk: Check) -> None:
         if src.buffer not in DMA_MEMORIES:
             chk.fail(MemoryKindError, name, f"must be in HBM or SBUF, not {src.buffer.value.upper()} ({src.name})")
         check_element_counts(chk, "dst", ops.dst, name, src)
+    dynamic = [i for i, src in enumerate(ops.srcs) if src.is_dynamic]
+    if not dynamic and not ops.dst.is_dynamic:
+        return
+    # NKI 0.3 read-modify-write: dst(HBM)[indices] += src(SBUF), or dst(SBUF) += src(HBM)[indices]
+    if len(ops.srcs) != 2 or len(dynamic) != 1:
+        chk.fail(OperandError, "srcs", "with an indirect (vector_offset) access, give 2 sources, exactly one indirect")
+    if not ops.unique_indices:
+        chk.fail(OperandError, "unique_indices", "must be True with indirect indexing (non-unique is not supported)")
+
+
+def _dma_compute_rmw_operand(ops: DmaComputeOps) -> Tensor:
+    """In a scatter (``dst`` indirect), the source that is not ``dst``'s own indirect view."""
+    return next(src for src in ops.srcs if not src.is_dynamic)
 
 
 def _dma_compute_cost(ops: DmaComputeOps, hw: HwConfig, engine: Engine) -> Cost:
@@ -344,8 +363,31 @@ def dma_compute(ops: DmaComputeOps, state: EngineState) -> None:
     """``dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ...`` in float32, left to right, cast on write.
 
     Elements pair up in row-major order, so shapes may differ when element counts match.
+    With an indirect (``vector_offset``) view it is NKI 0.3's read-modify-write: a
+    scatter ``dst[indices] += src`` (``dst`` and one source are the indirect view) or
+    a gather ``dst += src[indices]``. ``oob_mode.skip`` leaves out-of-bounds rows alone.
     """
-    acc = f32(ops.srcs[0]).reshape(-1) * F32(ops.scales[0])
-    for src, scale in zip(ops.srcs[1:], ops.scales[1:]):
-        acc = acc + f32(src).reshape(-1) * F32(scale)
-    write(ops.dst, acc)
+    skip = ops.oob_mode is enums.oob_mode.skip
+
+    def add(dst: Tensor, src: Tensor) -> None:
+        write(dst, f32(dst).reshape(-1) + f32(src).reshape(-1))
+
+    if ops.dst.is_dynamic:
+        apply_dynamic(ops.dst, _dma_compute_rmw_operand(ops), skip, add)
+        return
+    keep = np.ones(ops.dst.size, dtype=bool)
+    terms = []
+    for src, scale in zip(ops.srcs, ops.scale_values):
+        if src.is_dynamic:
+            values, ok = gather(src, skip)
+            keep &= ok.reshape(-1)
+        else:
+            values = src.array
+        terms.append(values.astype(F32, copy=False).reshape(-1) * F32(scale))
+    acc = terms[0]
+    for term in terms[1:]:
+        acc = acc + term
+    if keep.all():
+        write(ops.dst, acc)
+    else:
+        write(ops.dst, np.where(keep, acc, f32(ops.dst).reshape(-1)))

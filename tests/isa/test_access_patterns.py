@@ -508,3 +508,78 @@ def test_static_pattern_view_keeps_its_element_type_and_shape():
         assert (w.shape, w.size, w.partitions, w.free_size, w.is_dynamic) == ((2, 8), 16, 2, 8, True)
 
     run_kernel(kernel, [np.zeros((6, 8), np.float32)])
+
+
+# -- dma_compute read-modify-write (NKI 0.3) ---------------------------------------------
+
+
+@FAST
+@given(rows=st.integers(1, 40), cols=st.integers(1, 16), parts=st.integers(1, 64), target=targets, seed=seeds)
+def test_dma_compute_gather_rmw_adds_indexed_rows_to_an_sbuf_tile(rows, cols, parts, target, seed):
+    """dst(SBUF) = dst + src(HBM)[indices], summed in float32 (no scales: NKI 0.3's default)."""
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((rows, cols)).astype(np.float32)
+    acc = rng.standard_normal((parts, cols)).astype(np.float32)
+    idx = rng.integers(0, rows, size=(parts, 1)).astype(np.int32)
+
+    def kernel(x, a, i):
+        t = load(a)
+        src = x.ap([[cols, parts], [1, cols]], vector_offset=load(i), indirect_dim=0)
+        nisa.dma_compute(dst=t, srcs=[src, t], reduce_op=nl.add, unique_indices=True)
+        return store(t)
+
+    expected = (table[idx[:, 0]] + acc).astype(np.float32)
+    np.testing.assert_array_equal(run_kernel(kernel, [table, acc, idx], target), expected)
+
+
+def test_dma_compute_scatter_rmw_adds_sbuf_rows_into_indexed_hbm_rows():
+    base = np.arange(24, dtype=np.float32).reshape(6, 4)
+    rows = np.array([[1.0] * 4, [10.0] * 4, [100.0] * 4], dtype=np.float32)
+    idx = np.array([[4], [0], [2]], dtype=np.int32)
+
+    def kernel(out, x, i):
+        index = load(i)
+        view = out.ap([[4, 3], [1, 4]], vector_offset=index, indirect_dim=0)
+        nisa.dma_compute(dst=view, srcs=[view, load(x)], reduce_op=nl.add)
+        return out
+
+    expected = base.copy()
+    expected[4] += 1.0
+    expected[0] += 10.0
+    expected[2] += 100.0
+    np.testing.assert_array_equal(run_kernel(kernel, [base, rows, idx]), expected)
+
+
+def test_dma_compute_gather_skips_out_of_bounds_rows_with_oob_skip():
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    idx = np.array([[2], [7], [0]], dtype=np.int32)  # 7 is past the 3 rows
+
+    def kernel(x, i):
+        t = nl.zeros((3, 4), dtype=nl.float32, buffer=nl.sbuf)
+        src = x.ap([[4, 3], [1, 4]], vector_offset=load(i), indirect_dim=0)
+        nisa.dma_compute(dst=t, srcs=[t, src], reduce_op=nl.add, oob_mode=nisa.oob_mode.skip)
+        return store(t)
+
+    expected = np.stack([table[2], np.zeros(4, np.float32), table[0]])
+    np.testing.assert_array_equal(run_kernel(kernel, [table, idx]), expected)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda t, src: nisa.dma_compute(dst=t, srcs=[src, t, t], reduce_op=nl.add), "give 2 sources"),
+        (lambda t, src: nisa.dma_compute(dst=t, srcs=[src, src], reduce_op=nl.add), "exactly one indirect"),
+        (
+            lambda t, src: nisa.dma_compute(dst=t, srcs=[src, t], reduce_op=nl.add, unique_indices=False),
+            "unique_indices must be True",
+        ),
+    ],
+)
+def test_dma_compute_rmw_rules(call, match):
+    def kernel(x):
+        t = nl.zeros((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        idx = nl.zeros((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        call(t, x.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0))
+
+    with pytest.raises(OperandError, match=rf"nisa\.dma_compute \[DMA, trn1\]: .*{match}"):
+        run_kernel(kernel, [np.zeros((6, 8), np.float32)])
