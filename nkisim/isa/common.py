@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError
+from nkisim.errors import BoundsError, DtypeError, MemoryKindError, OperandError, ShapeError
 from nkisim.hw import Engine
 from nkisim.isa.ops import Op
 from nkisim.isa.spec import Check, Operands
@@ -67,6 +67,8 @@ def check_common(ops: Operands, chk: Check) -> None:
     """Rules that hold for every instruction: partition limits and which memories an engine reaches."""
     partitions = chk.hw.sbuf.partitions
     for fname, t in _tensors(ops):
+        if t.defect is not None:
+            chk.fail(BoundsError, fname, f"cannot be used: {t.defect.rule} (the view made at {t.defect.loc})")
         if t.buffer.is_on_chip and t.partitions > partitions:
             chk.fail(ShapeError, fname, f"partition dim {t.partitions} exceeds {partitions}")
         if chk.engine is not Engine.dma and not t.buffer.is_on_chip:

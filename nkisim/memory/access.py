@@ -174,6 +174,17 @@ def _strided(layout: _Layout, pairs: Sequence[tuple[int, int]], offset: int) -> 
     return np.lib.stride_tricks.as_strided(first, shape=shape, strides=layout.strides_bytes(steps))
 
 
+def _defective(layout: _Layout, pairs: Sequence[tuple[int, int]], error: BoundsError) -> Tensor:
+    """A view of the pattern's shape that no instruction may use (its elements all alias element 0)."""
+    first = _strided(layout, [(0, 1)] * len(pairs), 0)
+    shape = tuple(num for _, num in pairs)
+    array = np.lib.stride_tricks.as_strided(first, shape=shape, strides=(0,) * len(shape), writeable=False)
+    base = layout.base
+    view = Tensor(array, layout.dtype, base.buffer, base.name, base.storage, base)
+    view.defect = error
+    return view
+
+
 def access_pattern(
     tensor: Tensor,
     pattern: Any,
@@ -203,7 +214,10 @@ def access_pattern(
     if scalar_offset is not None and vector_offset is not None:
         raise OperandError(".ap: give at most one of scalar_offset and vector_offset")
     if scalar_offset is None and vector_offset is None:
-        _check_static(layout, pairs, offset, ".ap")
+        try:
+            _check_static(layout, pairs, offset, ".ap")
+        except BoundsError as exc:  # an error only if an instruction uses the view
+            return _defective(layout, pairs, exc)
         return Tensor(
             _strided(layout, pairs, offset), dt, layout.base.buffer, layout.base.name, layout.base.storage, layout.base
         )
@@ -289,6 +303,8 @@ class DynamicTensor(Tensor):
         self.storage = base.storage
         self._base = base
         self._region = None
+        self.uid = base.uid
+        self.defect = None
         self._layout = layout
         self._pairs = pairs
         self._offset = offset

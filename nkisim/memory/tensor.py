@@ -60,7 +60,7 @@ class Tensor:
         name: the name given at creation, or an automatic one.
     """
 
-    __slots__ = ("__weakref__", "_base", "_region", "array", "buffer", "dtype", "name", "storage", "uid")
+    __slots__ = ("__weakref__", "_base", "_region", "array", "buffer", "defect", "dtype", "name", "storage", "uid")
 
     def __init__(
         self, array: np.ndarray, dtype: np.dtype, buffer: Buffer, name: str, storage: Storage, base: Tensor | None
@@ -74,6 +74,10 @@ class Tensor:
         self._region: Region | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
+        #: Why this view may not be used (an empty slice, a pattern outside the tensor), or None.
+        #: Tracing a kernel may build such a view on a path that never uses it, as NKI's
+        #: tracer does; an instruction given one raises this error.
+        self.defect: BoundsError | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -113,12 +117,22 @@ class Tensor:
     # -- views -------------------------------------------------------------------------
 
     def __getitem__(self, index: Any) -> Tensor:
+        self.raise_defect()
         key = self._normalise_index(index)
         view = self.array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
         if self.buffer.is_on_chip:
             while view.ndim < 2:
                 view = view[..., np.newaxis]
-        return Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
+        result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
+        empty = next((dim for dim, extent in enumerate(view.shape) if extent == 0), None)
+        if empty is not None:
+            result.defect = BoundsError(f"slice selects no elements of dim {empty} of {self!r}")
+        return result
+
+    def raise_defect(self) -> None:
+        """Raise the error recorded when this view was made, if it may not be used."""
+        if self.defect is not None:
+            raise self.defect
 
     def reshape(self, shape: tuple[int, ...] | list[int]) -> Tensor:
         """A view with a new shape over the same elements.
@@ -126,6 +140,7 @@ class Tensor:
         On chip, dim 0 stays the partition dim: only the free dims are reshaped, and
         the new shape must be expressible as a view (no copy) of each partition's bytes.
         """
+        self.raise_defect()
         shape = tuple(int(s) for s in shape)
         if int(np.prod(shape, dtype=np.int64)) != self.array.size:
             raise OperandError(f"cannot reshape {list(self.shape)} to {list(shape)}: element counts differ")
@@ -232,8 +247,6 @@ def _check_slice(item: slice, extent: int, dim: int, tensor: Tensor) -> slice:
         raise BoundsError(
             f"slice {item.start}:{item.stop} is out of bounds for dim {dim} of size {extent} of {tensor!r}"
         )
-    if start == stop:
-        raise BoundsError(f"slice {item.start}:{item.stop} selects no elements of dim {dim} of {tensor!r}")
     return slice(start, stop, step)
 
 

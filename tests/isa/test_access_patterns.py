@@ -437,12 +437,16 @@ def test_a_dynamic_view_depends_on_the_whole_allocation():
 
 
 def run_ap(make):
-    """Run a kernel that builds one view from an SBUF tile ``t`` (4 x 8 fp32) and an HBM input ``x`` (6 x 8)."""
+    """Run a kernel that builds one view from an SBUF tile ``t`` (4 x 8 fp32) and an HBM input ``x`` (6 x 8).
+
+    The view is then copied: a pattern reaching outside its tensor is an error only once used.
+    """
 
     def kernel(x):
         t = nl.zeros((4, 8), dtype=nl.float32, buffer=nl.sbuf)
         idx = nl.zeros((4, 1), dtype=nl.int32, buffer=nl.sbuf)
-        make(t, x, idx)
+        view = make(t, x, idx)
+        nisa.dma_copy(dst=nl.ndarray(view.shape, view.dtype, buffer=nl.shared_hbm), src=view)
 
     return run_kernel(kernel, [np.zeros((6, 8), np.float32)])
 
@@ -485,6 +489,33 @@ def run_ap(make):
 def test_malformed_patterns_and_offsets_are_rejected(make, error, match):
     with pytest.raises(error, match=match):
         run_ap(make)
+
+
+def test_unusable_views_are_errors_only_when_an_instruction_uses_them():
+    """A traced kernel may build a view on a path it never takes (a guarded tail, an empty shard)."""
+
+    def kernel(x, use):
+        t = nl.zeros((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        past_the_end = t.ap([[8, 4], [1, 8]], offset=1)  # the last element of each partition is one too far
+        empty = x[3:3]
+        assert empty.shape == (0, 8) and past_the_end.shape == (4, 8)
+        out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src={"none": t, "ap": past_the_end, "slice": x[0:4]}[use])
+        if use == "slice":
+            nisa.dma_copy(dst=out[0:0], src=empty)
+        return out
+
+    x = np.arange(48, dtype=np.float32).reshape(6, 8)
+    np.testing.assert_array_equal(run_kernel(kernel, [x, "none"]), np.zeros((4, 8), np.float32))
+    with pytest.raises(BoundsError) as info:
+        run_kernel(kernel, [x, "ap"])
+    line = test_unusable_views_are_errors_only_when_an_instruction_uses_them.__code__.co_firstlineno
+    where = f"test_access_patterns.py:{line + 9}: nisa.dma_copy [DMA, trn1]"
+    assert str(info.value).startswith(f"{where}: src cannot be used")
+    assert f"(the view made at test_access_patterns.py:{line + 5})" in str(info.value)
+    assert "elements 1..8 of a partition fall outside its 8" in str(info.value)
+    with pytest.raises(BoundsError, match=r"src cannot be used: slice selects no elements of dim 0"):
+        run_kernel(kernel, [x, "slice"])
 
 
 def test_vector_offset_views_are_dma_copy_only():
