@@ -15,6 +15,7 @@ from nkisim.hw import Engine, HwConfig
 from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
 from nkisim.isa.common import check_common
 from nkisim.memory import MemorySystem, Tensor
+from nkisim.memory.liveness import TilePlan
 from nkisim.sim import Scheduler
 
 
@@ -37,11 +38,14 @@ class KernelContext:
         num_programs: int = 1,
         launch: Launch | None = None,
         grid: tuple[int, ...] = (),
+        plan: TilePlan | None = None,
     ) -> None:
         self.hw = hw
         self.compute = compute
         self.memory = (
-            MemorySystem(hw, poison=compute) if launch is None else SharedHbmMemory(hw, launch, program_id, compute)
+            MemorySystem(hw, poison=compute, plan=plan)
+            if launch is None
+            else SharedHbmMemory(hw, launch, program_id, compute, plan)
         )
         self.state = EngineState(hw.sbuf.partitions, hw.nc_version)
         self.scheduler = Scheduler(hw)
@@ -81,6 +85,8 @@ class KernelContext:
                     target=self.hw.name,
                 ) from exc
         reads, writes = ops.accessed()
+        operands = [t for _, t in (*reads, *writes)]
+        self.memory.issued(len(self.scheduler.timeline), [*operands, *(i for t in operands for i in t.index_tensors)])
         read_regions = [t.region for _, t in reads]
         write_regions = [t.region for _, t in writes]
         for _, t in (*reads, *writes):

@@ -13,11 +13,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from nkisim.errors import KernelError, OperandError, SourceLoc, TargetError
+from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
 from nkisim.frontend.launch import Launch
 from nkisim.hw import HwConfig, load_target
 from nkisim.memory import Buffer, Tensor, to_dtype
+from nkisim.memory.liveness import PlanDivergedError, TilePlan
 from nkisim.report import Profile
 from nkisim.sim import Timeline
 
@@ -222,10 +223,40 @@ def _simulate(
     hw = _target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)
     programs = kernel.grid[0] if kernel.grid else 1
-    with single_threaded_blas():
+
+    def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
         if programs > 1:
-            return _simulate_lnc(kernel, hw, args, kwargs, programs, compute)
-        return _simulate_one(kernel, hw, args, kwargs, compute)
+            return _simulate_lnc(kernel, hw, args, kwargs, programs, compute, plans)
+        return _simulate_one(kernel, hw, args, kwargs, compute, plans[0] if plans else None)
+
+    with single_threaded_blas():
+        try:
+            return attempt(None)
+        except CapacityError as eager_error:
+            return _with_compiler_liveness(attempt, programs, eager_error)
+
+
+def _with_compiler_liveness(
+    attempt: Callable[[list[TilePlan] | None], tuple[list[KernelContext], Any]],
+    programs: int,
+    eager_error: CapacityError,
+) -> tuple[list[KernelContext], Any]:
+    """Run again, freeing tiles after their last use as the compiler does (see ``nkisim.memory.liveness``).
+
+    A recording run learns each tile's lifetime; if the kernel then still does not
+    fit, or behaves differently between runs, the eager run's error stands.
+    """
+    plans = [TilePlan(recording=True) for _ in range(programs)]
+    try:
+        attempt(plans)
+    except Exception:  # the recording run failed in some other way: the eager run's error is the one to show
+        raise eager_error from None
+    for plan in plans:
+        plan.recording = False
+    try:
+        return attempt(plans)
+    except PlanDivergedError:
+        raise eager_error from None
 
 
 @functools.cache
@@ -242,9 +273,14 @@ def single_threaded_blas() -> Iterator[None]:
 
 
 def _simulate_one(
-    kernel: Kernel, hw: HwConfig, args: tuple[Any, ...], kwargs: dict[str, Any], compute: bool
+    kernel: Kernel,
+    hw: HwConfig,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    compute: bool,
+    plan: TilePlan | None = None,
 ) -> tuple[list[KernelContext], Any]:
-    ctx = KernelContext(hw, compute=compute, grid=kernel.grid)
+    ctx = KernelContext(hw, compute=compute, grid=kernel.grid, plan=plan)
     ctx.kernel_name = kernel.func.__qualname__
     bound = _bind(kernel, args, kwargs)
     for name, value in bound.arguments.items():
@@ -258,7 +294,13 @@ def _simulate_one(
 
 
 def _simulate_lnc(
-    kernel: Kernel, hw: HwConfig, args: tuple[Any, ...], kwargs: dict[str, Any], programs: int, compute: bool
+    kernel: Kernel,
+    hw: HwConfig,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    programs: int,
+    compute: bool,
+    plans: list[TilePlan] | None = None,
 ) -> tuple[list[KernelContext], Any]:
     """``kernel[2]``: two programs in turn-taking threads, sharing the inputs and shared HBM (see launch.py)."""
     if hw.nc_version < 3:
@@ -269,7 +311,15 @@ def _simulate_lnc(
         )
     launch = Launch(programs)
     ctxs = [
-        KernelContext(hw, compute=compute, program_id=pid, num_programs=programs, launch=launch, grid=kernel.grid)
+        KernelContext(
+            hw,
+            compute=compute,
+            program_id=pid,
+            num_programs=programs,
+            launch=launch,
+            grid=kernel.grid,
+            plan=plans[pid] if plans else None,
+        )
         for pid in range(programs)
     ]
     for ctx in ctxs:

@@ -25,6 +25,7 @@ import numpy as np
 from nkisim.errors import KernelError, ShapeError, SourceLoc
 from nkisim.hw import HwConfig
 from nkisim.memory import Buffer, MemorySystem, Tensor
+from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import describe
 
 
@@ -187,8 +188,10 @@ class Peer:
 class SharedHbmMemory(MemorySystem):
     """One program's memories; its ``nl.shared_hbm`` allocations are matched with the other program's."""
 
-    def __init__(self, hw: HwConfig, launch: Launch, program_id: int, poison: bool = True) -> None:
-        super().__init__(hw, poison=poison)
+    def __init__(
+        self, hw: HwConfig, launch: Launch, program_id: int, poison: bool = True, plan: TilePlan | None = None
+    ) -> None:
+        super().__init__(hw, poison=poison, plan=plan)
         self.launch = launch
         self.program_id = program_id
         #: False while the kernel's inputs are bound (they are shared by construction).

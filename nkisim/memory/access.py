@@ -353,6 +353,11 @@ class DynamicTensor(Tensor):
         source = self._vector if self._vector is not None else self._scalar
         return (source.region,)  # type: ignore[union-attr]
 
+    @property
+    def index_tensors(self) -> tuple[Tensor, ...]:
+        source = self._vector if self._vector is not None else self._scalar
+        return (source,) if isinstance(source, Tensor) else ()
+
     def __repr__(self) -> str:
         kind = "vector_offset" if self._vector is not None else "scalar_offset"
         pattern = [list(p) for p in self._pairs]

@@ -21,6 +21,7 @@ import numpy as np
 from nkisim.errors import CapacityError, SourceLoc
 from nkisim.hw.model import OnChipMemoryConfig
 from nkisim.memory.dtypes import dtype_name
+from nkisim.memory.liveness import RECORDING_SCALE, PlanDivergedError, TilePlan, TileRecord
 
 
 class Buffer(StrEnum):
@@ -97,6 +98,7 @@ class Allocation:
     partition_offset: int = 0
     handle: int = -1
     placed: bool = False  # at an explicit address (``nl.ndarray(address=...)``)
+    serial: int = -1  # creation order in this memory (the index into a TilePlan)
 
     def overlaps(self, offset: int, nbytes: int, partition_offset: int, partitions: int) -> bool:
         bytes_meet = offset < self.offset + self.nbytes and self.offset < offset + nbytes
@@ -113,19 +115,39 @@ class Allocation:
 
 @dataclass
 class OnChipMemory:
-    """SBUF or PSUM storage with a first-fit allocator over the per-partition byte range."""
+    """SBUF or PSUM storage with a next-fit allocator over the per-partition byte range.
+
+    With a :class:`TilePlan` it records allocations (``plan.recording``: automatic
+    tiles go above the real memory) or allocates by them (tiles past their last
+    use are freed; see :mod:`nkisim.memory.liveness`).
+    """
 
     name: str
     config: OnChipMemoryConfig
+    plan: TilePlan | None = None
     storage: Storage = field(init=False)
     live: dict[int, Allocation] = field(init=False, default_factory=dict)
     used_bytes: int = field(init=False, default=0)
     peak_bytes: int = field(init=False, default=0)
+    #: The index of the next instruction (set by the memory system as instructions are issued).
+    now: int = field(init=False, default=0)
     _cursor: int = field(init=False, default=0)
     _handles: itertools.count = field(init=False, default_factory=itertools.count)
+    _serials: itertools.count = field(init=False, default_factory=itertools.count)
 
     def __post_init__(self) -> None:
-        self.storage = Storage(self.name, self.config.partitions, self.config.bytes_per_partition)
+        scale = RECORDING_SCALE if self.recording else 1
+        self.storage = Storage(self.name, self.config.partitions, self.config.bytes_per_partition * scale)
+        self._floor = self.config.bytes_per_partition if self.recording else 0
+        self._cursor = self._floor
+
+    @property
+    def recording(self) -> bool:
+        return self.plan is not None and self.plan.recording
+
+    @property
+    def records(self) -> list[TileRecord] | None:
+        return None if self.plan is None else self.plan.tiles[self.name]
 
     def allocate(
         self, nbytes: int, partitions: int, what: tuple[str, tuple[int, ...], np.dtype], loc: SourceLoc | None
@@ -140,11 +162,12 @@ class OnChipMemory:
         """
         align = self.config.alignment_bytes
         size = -(-max(nbytes, 1) // align) * align
-        offset = self._next_fit(size)
+        serial = self._begin(what, None)
+        offset = self._next_fit(size, self._obstacles(serial, partitions))
         if offset is None:
             raise CapacityError(self._full_message(nbytes, Allocation(0, nbytes, partitions, what, loc).label), loc=loc)
         self._cursor = offset + size
-        return self._add(Allocation(offset, size, partitions, what, loc))
+        return self._add(Allocation(offset, size, partitions, what, loc, serial=serial))
 
     def place(
         self,
@@ -165,6 +188,7 @@ class OnChipMemory:
                 Explicitly placed tiles may overlap each other: kernels that manage their own
                 addresses (NKI 0.3 allocators) rotate buffers through the same bytes, as on hardware.
         """
+        serial = self._begin(what, (partition_offset, partitions, offset, nbytes))
         label = Allocation(offset, nbytes, partitions, what, loc).label
         for alloc in self.live.values():
             if not alloc.placed and alloc.overlaps(offset, max(nbytes, 1), partition_offset, partitions):
@@ -176,7 +200,47 @@ class OnChipMemory:
                     f"{where}",
                     loc=loc,
                 )
-        return self._add(Allocation(offset, nbytes, partitions, what, loc, partition_offset, placed=True))
+        alloc = Allocation(offset, nbytes, partitions, what, loc, partition_offset, placed=True, serial=serial)
+        return self._add(alloc)
+
+    def _begin(self, what: tuple[str, tuple[int, ...], np.dtype], placed: tuple[int, int, int, int] | None) -> int:
+        """Number a new allocation; record it, or free the tiles the plan says are dead."""
+        serial = next(self._serials)
+        records = self.records
+        if records is None:
+            return serial
+        key = (what[0], tuple(what[1]), dtype_name(what[2]))
+        if self.recording:
+            records.append(TileRecord(key, self.now, self.now, placed))
+            return serial
+        if serial >= len(records) or records[serial].what[1:] != key[1:]:
+            raise PlanDivergedError(f"{self.name} allocation {serial} ({key}) differs from the recorded run")
+        for handle in [h for h, a in self.live.items() if a.serial >= 0 and records[a.serial].last < self.now]:
+            self.free(handle)
+        return serial
+
+    def touch(self, serial: int, index: int) -> None:
+        """Instruction ``index`` used allocation ``serial`` (recording only)."""
+        records = self.records
+        if records is not None and self.recording and records[serial].last < index:
+            records[serial].last = index
+
+    def _obstacles(self, serial: int, partitions: int) -> list[tuple[int, int]]:
+        """Byte ranges a new automatic tile must avoid: live tiles, and (by the plan) future explicit ones."""
+        ranges = [
+            (a.offset, a.offset + a.nbytes)
+            for a in self.live.values()
+            if not a.placed or a.partition_offset < partitions
+        ]
+        records = self.records
+        if records is not None and not self.recording:
+            mine = records[serial]
+            for record in records[serial + 1 :]:
+                if record.placed is not None and record.lives_during(mine.first, mine.last):
+                    row, _, offset, nbytes = record.placed
+                    if row < partitions:
+                        ranges.append((offset, offset + max(nbytes, 1)))
+        return sorted(ranges)
 
     def _add(self, alloc: Allocation) -> Allocation:
         alloc.handle = next(self._handles)
@@ -190,29 +254,28 @@ class OnChipMemory:
         if freed is not None:
             self.used_bytes -= freed.nbytes
 
-    def _next_fit(self, size: int) -> int | None:
+    def _next_fit(self, size: int, obstacles: list[tuple[int, int]]) -> int | None:
         """First gap at or after the end of the previous allocation, wrapping around once.
 
         Rotating through the memory, rather than reusing the bytes freed last, keeps
         a new tile off the bytes that in-flight instructions still use: the same
         multi-buffering a compiler does for loop iterations, so they can overlap.
         """
-        found = self._fit_from(self._cursor, size)
-        return found if found is not None else self._fit_from(0, size)
+        found = self._fit_from(self._cursor, size, obstacles)
+        return found if found is not None else self._fit_from(self._floor, size, obstacles)
 
-    def _fit_from(self, cursor: int, size: int) -> int | None:
+    def _fit_from(self, cursor: int, size: int, obstacles: list[tuple[int, int]]) -> int | None:
         bank = self.config.bank_bytes if self.config.banks > 1 else None
-        for alloc in sorted(self.live.values(), key=lambda a: a.offset):
-            start, end = alloc.offset, alloc.offset + alloc.nbytes
+        align = self.config.alignment_bytes  # an explicitly placed tile may end off the granule
+        for start, end in obstacles:
             if end <= cursor:
                 continue
             candidate = self._place(cursor, size, bank)
             if candidate + size <= start:
                 return candidate
-            align = self.config.alignment_bytes  # an explicitly placed tile may end off the granule
             cursor = max(cursor, -(-end // align) * align)
         candidate = self._place(cursor, size, bank)
-        return candidate if candidate + size <= self.config.bytes_per_partition else None
+        return candidate if candidate + size <= self.storage.row_bytes else None
 
     @staticmethod
     def _place(cursor: int, size: int, bank: int | None) -> int:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Iterable
 
 import numpy as np
 
 from nkisim.errors import CapacityError, OperandError, SourceLoc
 from nkisim.hw import HwConfig
+from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import Buffer, OnChipMemory, Storage
 from nkisim.memory.tensor import Tensor
 
@@ -21,17 +23,29 @@ class MemorySystem:
             reads of never-written memory show up in the results.
     """
 
-    def __init__(self, hw: HwConfig, poison: bool = True) -> None:
+    def __init__(self, hw: HwConfig, poison: bool = True, plan: TilePlan | None = None) -> None:
         self.hw = hw
         self.poison = poison
-        self.sbuf = OnChipMemory("sbuf", hw.sbuf)
-        self.psum = OnChipMemory("psum", hw.psum)
+        self.plan = plan
+        self.sbuf = OnChipMemory("sbuf", hw.sbuf, plan)
+        self.psum = OnChipMemory("psum", hw.psum, plan)
+        #: While recording a plan: tensor uid -> (memory, allocation serial).
+        self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
         self._hbm_next_address = 0x1_0000_0000
         self.hbm_bytes = 0
         self._counter = 0
 
     def on_chip(self, buffer: Buffer) -> OnChipMemory:
         return self.sbuf if buffer is Buffer.sbuf else self.psum
+
+    def issued(self, index: int, tensors: Iterable[Tensor]) -> None:
+        """Instruction ``index`` was issued using ``tensors`` (tile lifetimes for a :class:`TilePlan`)."""
+        self.sbuf.now = self.psum.now = index + 1
+        if self.plan is not None and self.plan.recording:
+            for tensor in tensors:
+                found = self._allocations.get(tensor.uid)
+                if found is not None:
+                    found[0].touch(found[1], index)
 
     def new_tensor(
         self,
@@ -100,6 +114,8 @@ class MemorySystem:
         )
         tensor = Tensor(array, dtype, buffer, name, storage, None)
         weakref.finalize(tensor, memory.free, alloc.handle)
+        if memory.recording:
+            self._allocations[tensor.uid] = (memory, alloc.serial)
         return tensor
 
     def _hbm_storage(self, shape: tuple[int, ...], itemsize: int) -> Storage:

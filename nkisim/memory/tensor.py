@@ -234,6 +234,11 @@ class Tensor:
         """What an instruction also reads to resolve this view's addresses: nothing for a static view."""
         return ()
 
+    @property
+    def index_tensors(self) -> tuple[Tensor, ...]:
+        """The tiles holding this view's run-time offsets: none for a static view."""
+        return ()
+
 
 def _check_slice(item: slice, extent: int, dim: int, tensor: Tensor) -> slice:
     step = 1 if item.step is None else int(item.step)
