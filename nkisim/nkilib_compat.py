@@ -342,11 +342,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 def pytest_runtest_teardown(item: pytest.Item) -> Any:
     yield
     if item.config.getoption("--nkisim-prune-artifacts", False) and item.stash.get(_PASSED, False):
-        _remove_test_output(item.config)
+        _remove_test_output(item)
 
 
-def _remove_test_output(config: pytest.Config) -> None:
-    """Remove the passing test's directory, named as the suite's harness names it (while its teardown runs)."""
+def _remove_test_output(item: pytest.Item) -> None:
+    """Remove a passing test's directory, named by the suite's own helper (which reads PYTEST_CURRENT_TEST)."""
     try:
         from test.utils.feature_flag_helper import (  # type: ignore[import-not-found]
             construct_test_output_directory_name,
@@ -354,8 +354,16 @@ def _remove_test_output(config: pytest.Config) -> None:
         )
     except ImportError:
         return
-    path = Path(resolve_base_output_directory(config)) / construct_test_output_directory_name()
-    shutil.rmtree(path, ignore_errors=True)
+    saved = os.environ.get("PYTEST_CURRENT_TEST")
+    os.environ["PYTEST_CURRENT_TEST"] = f"{item.nodeid} (teardown)"
+    try:
+        name = construct_test_output_directory_name()
+    finally:
+        if saved is None:
+            del os.environ["PYTEST_CURRENT_TEST"]
+        else:
+            os.environ["PYTEST_CURRENT_TEST"] = saved
+    shutil.rmtree(Path(resolve_base_output_directory(item.config)) / name, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
