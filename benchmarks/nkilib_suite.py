@@ -123,7 +123,7 @@ def parse_junit(path: Path) -> list[dict[str, str]]:
         rows.append(
             {
                 "id": f"{classname}::{case.get('name', '')}",
-                "family": family_of(classname),
+                "family": family_of(classname or case.get("name", "")),  # a collection error names its module
                 "outcome": outcome,
                 "message": _short(message),
             }

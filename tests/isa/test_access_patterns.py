@@ -222,6 +222,14 @@ def test_scalar_offset_scatter_writes_the_selected_rows():
 # -- vector_offset gather and scatter -------------------------------------------------
 
 
+def table_rows_and_indices(seed, rows, cols, parts, idx_dtype):
+    """A (rows, cols) HBM table, a (parts, cols) block of rows, and one table row index per partition."""
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((rows, cols)).astype(np.float32)
+    block = rng.standard_normal((parts, cols)).astype(np.float32)
+    return table, block, rng.integers(0, rows, size=(parts, 1)).astype(idx_dtype)
+
+
 @FAST
 @given(
     rows=st.integers(1, 64),
@@ -263,10 +271,7 @@ def test_vector_offset_gather_with_an_inner_pattern_and_offset():
 @FAST
 @given(rows=st.integers(1, 40), cols=st.integers(1, 16), parts=st.integers(1, 64), target=targets, seed=seeds)
 def test_vector_offset_scatter_writes_rows_in_partition_order(rows, cols, parts, target, seed):
-    rng = np.random.default_rng(seed)
-    base = rng.standard_normal((rows, cols)).astype(np.float32)
-    src = rng.standard_normal((parts, cols)).astype(np.float32)
-    idx = rng.integers(0, rows, size=(parts, 1)).astype(np.uint32)
+    base, src, idx = table_rows_and_indices(seed, rows, cols, parts, np.uint32)
 
     def kernel(out, x, i):
         nisa.dma_copy(dst=out.ap([[cols, parts], [1, cols]], vector_offset=load(i), indirect_dim=0), src=load(x))
@@ -548,10 +553,7 @@ def test_static_pattern_view_keeps_its_element_type_and_shape():
 @given(rows=st.integers(1, 40), cols=st.integers(1, 16), parts=st.integers(1, 64), target=targets, seed=seeds)
 def test_dma_compute_gather_rmw_adds_indexed_rows_to_an_sbuf_tile(rows, cols, parts, target, seed):
     """dst(SBUF) = dst + src(HBM)[indices], summed in float32 (no scales: NKI 0.3's default)."""
-    rng = np.random.default_rng(seed)
-    table = rng.standard_normal((rows, cols)).astype(np.float32)
-    acc = rng.standard_normal((parts, cols)).astype(np.float32)
-    idx = rng.integers(0, rows, size=(parts, 1)).astype(np.int32)
+    table, acc, idx = table_rows_and_indices(seed, rows, cols, parts, np.int32)
 
     def kernel(x, a, i):
         t = load(a)
