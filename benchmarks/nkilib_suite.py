@@ -82,6 +82,19 @@ TRIAGE: list[tuple[str, str, str]] = [
         "through torch",
     ),
     (
+        r"transpose\(\) takes 2 positional arguments",
+        "unmodelled",
+        "MX x4 weights: the suite's torch_ref_wrapper keeps an array as numpy only when its dtype name contains "
+        "'x4'; nkisim's x4 arrays print as uint32/uint16, so they become torch tensors and the numpy-style "
+        "transpose(1, 0, 2) of the reference fails (same root cause as the entry above)",
+    ),
+    (
+        r"test_mlp_tkg_unit\[.*q_dt-uint(16|32).*Validation failed",
+        "unmodelled",
+        "MX-quantized (x4) MLP token generation: a numerical mismatch; the reference quantizes through the x4 "
+        "dtypes nkisim cannot make distinct (above) - likely the same cause, not confirmed",
+    ),
+    (
         r"Timeout \(?>",
         "timeout",
         "the simulation exceeded the per-test time limit (--timeout); not a wrong result",
