@@ -85,8 +85,7 @@ class KernelContext:
                     target=self.hw.name,
                 ) from exc
         reads, writes = ops.accessed()
-        operands = [t for _, t in (*reads, *writes)]
-        self.memory.issued(len(self.scheduler.timeline), [*operands, *(i for t in operands for i in t.index_tensors)])
+        self.memory.issued(len(self.scheduler.timeline), reads, writes)
         read_regions = [t.region for _, t in reads]
         write_regions = [t.region for _, t in writes]
         for _, t in (*reads, *writes):

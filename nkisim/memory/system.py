@@ -38,14 +38,17 @@ class MemorySystem:
     def on_chip(self, buffer: Buffer) -> OnChipMemory:
         return self.sbuf if buffer is Buffer.sbuf else self.psum
 
-    def issued(self, index: int, tensors: Iterable[Tensor]) -> None:
-        """Instruction ``index`` was issued using ``tensors`` (tile lifetimes for a :class:`TilePlan`)."""
+    def issued(self, index: int, *operands: Iterable[tuple[str, Tensor]]) -> None:
+        """Instruction ``index`` was issued with these ``(name, tensor)`` operands (tile lifetimes for a plan)."""
         self.sbuf.now = self.psum.now = index + 1
-        if self.plan is not None and self.plan.recording:
-            for tensor in tensors:
-                found = self._allocations.get(tensor.uid)
-                if found is not None:
-                    found[0].touch(found[1], index)
+        if self.plan is None or not self.plan.recording:
+            return
+        for group in operands:
+            for _, tensor in group:
+                for used in (tensor, *tensor.index_tensors):
+                    found = self._allocations.get(used.uid)
+                    if found is not None:
+                        found[0].touch(found[1], index)
 
     def new_tensor(
         self,

@@ -124,8 +124,8 @@ class Tensor:
             while view.ndim < 2:
                 view = view[..., np.newaxis]
         result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
-        empty = next((dim for dim, extent in enumerate(view.shape) if extent == 0), None)
-        if empty is not None:
+        if view.size == 0:
+            empty = view.shape.index(0)
             result.defect = BoundsError(f"slice selects no elements of dim {empty} of {self!r}")
         return result
 
