@@ -255,7 +255,7 @@ def _with_compiler_liveness(
         plan.recording = False
     try:
         return attempt(plans)
-    except PlanDivergedError:
+    except (CapacityError, PlanDivergedError):
         raise eager_error from None
 
 
