@@ -23,11 +23,9 @@ interval:
 
 from __future__ import annotations
 
-import itertools
-import math
-
 import numpy as np
 import pytest
+from dma_reference import payload_efficiency
 
 import nkisim
 import nkisim.nki.isa as nisa
@@ -57,17 +55,6 @@ def dma_bandwidth(hw, partitions=P, hbm=True):
     engines = -(-partitions // hw.dma.partitions_per_engine)
     rate = engines * hw.dma.bytes_per_ns_per_engine
     return min(rate, hw.hbm.bandwidth_bytes_per_ns) if hbm else rate
-
-
-def payload_efficiency(hw, run):
-    """The DMA guide's curve: the table's points, interpolated in log2(bytes), flat beyond both ends."""
-    points = hw.dma.payload_efficiency
-    if run <= points[0][0]:
-        return points[0][1]
-    for (lo, lo_eff), (hi, hi_eff) in itertools.pairwise(points):
-        if run <= hi:
-            return lo_eff + (hi_eff - lo_eff) * math.log2(run / lo) / math.log2(hi / lo)
-    return points[-1][1]
 
 
 def dma_busy(hw, nbytes, run, partitions=P, hbm=True):

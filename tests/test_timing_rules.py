@@ -26,10 +26,10 @@
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import pytest
+from dma_reference import payload_efficiency
 
 import nkisim
 import nkisim.nki.isa as nisa
@@ -383,17 +383,6 @@ def test_vector_and_scalar_share_the_psum_port_on_trn1(target):
 
 
 # -- 6. DMA engines, rate and payload efficiency --------------------------------------
-
-
-def payload_efficiency(hw, run):
-    """The table's points, interpolated in log2(bytes), flat beyond both ends."""
-    points = hw.dma.payload_efficiency
-    if run <= points[0][0]:
-        return points[0][1]
-    for (lo, lo_eff), (hi, hi_eff) in itertools.pairwise(points):
-        if run <= hi:
-            return lo_eff + (hi_eff - lo_eff) * math.log2(run / lo) / math.log2(hi / lo)
-    return points[-1][1]
 
 
 def dma_rate(hw, engines, hbm=True):
