@@ -109,3 +109,7 @@ class CapacityError(KernelError, MemoryError):
 
 class TargetError(KernelError):
     """The kernel uses something the chosen hardware generation does not have."""
+
+
+class ExecutionError(KernelError):
+    """An instruction failed while computing its result (a bug report is welcome)."""

@@ -94,9 +94,9 @@ def run_helper(body, inputs, target="trn1"):
             t = nl.ndarray(h.shape, h.dtype, buffer=nl.sbuf)
             nisa.dma_copy(dst=t, src=h)
             tiles.append(t)
-        issued.append(len(current_context().scheduler.timeline))
+        issued.append(len(current_context().machine.timeline))
         result = body(*tiles)
-        issued.append(len(current_context().scheduler.timeline))
+        issued.append(len(current_context().machine.timeline))
         results = result if isinstance(result, tuple) else (result,)
         outs = []
         for r in results:

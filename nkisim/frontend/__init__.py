@@ -1,6 +1,7 @@
 """Tracing: ``@jit``, argument binding, the running kernel context and the ``nki.isa`` stubs."""
 
-from nkisim.frontend.context import ExecutionError, KernelContext, current_context
+from nkisim.errors import ExecutionError
+from nkisim.frontend.context import KernelContext, current_context
 from nkisim.frontend.jit import ArraySpec, Kernel, RunResult, collect_profiles, jit, output_specs, profile, run
 
 __all__ = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -15,12 +14,11 @@ from threadpoolctl import ThreadpoolController
 
 from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
-from nkisim.frontend.launch import Launch
 from nkisim.hw import HwConfig, load_target
 from nkisim.memory import Buffer, Tensor, to_dtype
 from nkisim.memory.liveness import PlanDivergedError, TilePlan
 from nkisim.report import Profile
-from nkisim.sim import Timeline
+from nkisim.sim.multicore import Launch, SharedHbmMemory, merge_timelines
 
 
 @dataclass(frozen=True)
@@ -302,7 +300,7 @@ def _simulate_lnc(
     compute: bool,
     plans: list[TilePlan] | None = None,
 ) -> tuple[list[KernelContext], Any]:
-    """``kernel[2]``: two programs in turn-taking threads, sharing the inputs and shared HBM (see launch.py)."""
+    """``kernel[2]``: two programs in turn-taking threads, sharing inputs and shared HBM (nkisim.sim.multicore)."""
     if hw.nc_version < 3:
         raise TargetError(
             f"kernel[{programs}] runs on {programs} NeuronCores (LNC={programs}), which needs trn2 or trn3; "
@@ -326,10 +324,10 @@ def _simulate_lnc(
         ctx.kernel_name = kernel.func.__qualname__
     bound = _bind(kernel, args, kwargs)
     first = ctxs[0].memory
-    first.sharing = False  # type: ignore[attr-defined] - inputs are shared by passing the same tensors
-    for name, value in bound.arguments.items():
-        bound.arguments[name] = _to_hbm(ctxs[0], name, value, kernel)
-    first.sharing = True  # type: ignore[attr-defined]
+    assert isinstance(first, SharedHbmMemory)
+    with first.unshared():  # the inputs are shared by passing the same tensors to both programs
+        for name, value in bound.arguments.items():
+            bound.arguments[name] = _to_hbm(ctxs[0], name, value, kernel)
 
     def body(ctx: KernelContext) -> Callable[[], Any]:
         def program() -> Any:
@@ -348,26 +346,8 @@ def _simulate_lnc(
 def _profile_of(ctxs: list[KernelContext]) -> Profile:
     """One profile; with several programs, their timelines side by side on tracks named ``core<i> <engine>``."""
     first = ctxs[0]
-    timeline = first.scheduler.timeline if len(ctxs) == 1 else _merge([ctx.scheduler.timeline for ctx in ctxs])
-    return Profile(timeline, first.hw.name, first.hw.reference_clock_ghz, first.kernel_name)
-
-
-#: Timeline columns that hold instruction indices (shifted when timelines are merged).
-_INDEX_COLUMNS = ("producer", "pred")
-
-
-def _merge(timelines: list[Timeline]) -> Timeline:
-    merged = Timeline()
-    for core, tl in enumerate(timelines):
-        shift = len(merged)
-        for column in dataclasses.fields(Timeline):
-            values = getattr(tl, column.name)
-            if column.name == "track":
-                values = [f"core{core} {track}" for track in values]
-            elif column.name in _INDEX_COLUMNS:
-                values = [i + shift if i >= 0 else i for i in values]
-            getattr(merged, column.name).extend(values)
-    return merged
+    timeline = first.machine.timeline if len(ctxs) == 1 else merge_timelines([ctx.machine.timeline for ctx in ctxs])
+    return Profile(timeline, first.hw, first.kernel_name)
 
 
 def _as_spec(value: Any) -> ArraySpec | None:

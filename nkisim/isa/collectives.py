@@ -1,7 +1,7 @@
 """Synchronisation between the two NeuronCores of an LNC=2 launch: ``core_barrier`` and ``sendrecv``.
 
 Both need ``kernel[2]`` on NeuronCore-v3 or newer. The two programs meet at each
-call (the front end pairs them: see ``nkisim/frontend/launch.py``); the instruction
+call (the machine pairs them: see ``nkisim/sim/multicore.py``); the instruction
 is held back until the later of the two arrives (``not_before``), so the earlier
 core's engine or DMA queue waits, as a semaphore wait.
 
@@ -18,29 +18,20 @@ The data exchange happens at the meeting, not in the (empty) semantics functions
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from nkisim.errors import DtypeError, OperandError, ShapeError, SourceLoc, TargetError
+from nkisim.errors import DtypeError, OperandError, ShapeError, TargetError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
 from nkisim.isa.common import check_in
-from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, instruction
+from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, Peer, instruction
 from nkisim.memory import Buffer, Region, Tensor, dtype_name
 
 #: The cores an LNC=2 barrier synchronises [nki.isa.core_barrier].
 LNC2_CORES = (0, 1)
 BARRIER_ENGINES = (Engine.gpsimd, Engine.sync, Engine.vector, Engine.scalar, Engine.tensor)
-
-
-class Peer(Protocol):
-    """The other program of the launch, as the front end provides it."""
-
-    program_id: int
-    num_programs: int
-
-    def exchange(self, key: tuple[Any, ...], payload: Any, loc: SourceLoc | None) -> list[Any]: ...
 
 
 def _meet(peer: Peer | None, chk: Check, key: tuple[Any, ...], payload: Any) -> list[Any]:
@@ -66,20 +57,22 @@ class CoreBarrierOps(Operands):
     cores: Annotated[tuple[int, ...], BeforeValidator(_as_core_tuple)]
     engine: Engine = Engine.unknown
 
-    def extra_accesses(self) -> tuple[list[Region], list[Region]]:
-        """``data`` lives in HBM, which the barrier's engine does not read: track it here, not as an operand."""
-        return [self.data.region], [self.data.region]
 
-    def synchronise(
-        self, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check
-    ) -> tuple[float, Cost]:
-        if len(self.cores) == 1:  # a barrier of one core: nothing to wait for
-            return arrival_ns, cost
-        shared = self.data.buffer is Buffer.shared_hbm
-        arrivals = _meet(peer, chk, ("core_barrier",), (arrival_ns, self.data.storage.uid if shared else None))
-        if len({uid for _, uid in arrivals}) != 1:
-            chk.fail(OperandError, "data", "must be the same shared HBM tensor in both programs")
-        return max(t for t, _ in arrivals), cost
+def _core_barrier_accesses(ops: CoreBarrierOps) -> tuple[list[Region], list[Region]]:
+    """``data`` lives in HBM, which the barrier's engine does not read: track it here, not as an operand."""
+    return [ops.data.region], [ops.data.region]
+
+
+def _core_barrier_synchronise(
+    ops: CoreBarrierOps, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check
+) -> tuple[float, Cost]:
+    if len(ops.cores) == 1:  # a barrier of one core: nothing to wait for
+        return arrival_ns, cost
+    shared = ops.data.buffer is Buffer.shared_hbm
+    arrivals = _meet(peer, chk, ("core_barrier",), (arrival_ns, ops.data.storage.uid if shared else None))
+    if len({uid for _, uid in arrivals}) != 1:
+        chk.fail(OperandError, "data", "must be the same shared HBM tensor in both programs")
+    return max(t for t, _ in arrivals), cost
 
 
 def _core_barrier_validate(ops: CoreBarrierOps, chk: Check) -> None:
@@ -98,6 +91,8 @@ def _core_barrier_cost(ops: CoreBarrierOps, hw: HwConfig, engine: Engine) -> Cos
     engines=BARRIER_ENGINES,
     cost=_core_barrier_cost,
     validate=_core_barrier_validate,
+    extra_accesses=_core_barrier_accesses,
+    synchronise=_core_barrier_synchronise,
     min_nc_version=3,
     dtypes="data: any (a shared-HBM tensor, used only for dependencies)",
 )
@@ -116,32 +111,33 @@ class SendRecvOps(Operands):
     pipe_id: int
     dma_engine: enums.dma_engine = enums.dma_engine.dma  # NKI 0.3; the GpSimd DMA path costs the same here
 
-    def synchronise(
-        self, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check
-    ) -> tuple[float, Cost]:
-        if peer is not None:
-            other = 1 - peer.program_id
-            for name in ("send_to_rank", "recv_from_rank"):
-                if getattr(self, name) != other:
-                    chk.fail(
-                        OperandError,
-                        name,
-                        f"is {getattr(self, name)}; program {peer.program_id} exchanges with the other core, {other}",
-                    )
-        values = self.src.array.copy() if compute else None
-        sent = (arrival_ns, self.src.shape, self.src.dtype, values)
-        arrivals = _meet(peer, chk, ("sendrecv", self.pipe_id), sent)
-        _, shape, dtype, received = arrivals[1 - peer.program_id]  # type: ignore[union-attr]
-        if shape != self.dst.shape or dtype != self.dst.dtype:
-            chk.fail(
-                ShapeError,
-                "dst",
-                f"is {dtype_name(self.dst.dtype)}{list(self.dst.shape)} but the other core sends "
-                f"{dtype_name(dtype)}{list(shape)}",
-            )
-        if compute:
-            self.dst.array[...] = received
-        return max(a[0] for a in arrivals), cost
+
+def _sendrecv_synchronise(
+    ops: SendRecvOps, peer: Peer | None, arrival_ns: float, cost: Cost, compute: bool, chk: Check
+) -> tuple[float, Cost]:
+    if peer is not None:
+        other = 1 - peer.program_id
+        for name in ("send_to_rank", "recv_from_rank"):
+            if getattr(ops, name) != other:
+                chk.fail(
+                    OperandError,
+                    name,
+                    f"is {getattr(ops, name)}; program {peer.program_id} exchanges with the other core, {other}",
+                )
+    values = ops.src.array.copy() if compute else None
+    sent = (arrival_ns, ops.src.shape, ops.src.dtype, values)
+    arrivals = _meet(peer, chk, ("sendrecv", ops.pipe_id), sent)
+    _, shape, dtype, received = arrivals[1 - peer.program_id]  # type: ignore[union-attr]
+    if shape != ops.dst.shape or dtype != ops.dst.dtype:
+        chk.fail(
+            ShapeError,
+            "dst",
+            f"is {dtype_name(ops.dst.dtype)}{list(ops.dst.shape)} but the other core sends "
+            f"{dtype_name(dtype)}{list(shape)}",
+        )
+    if compute:
+        ops.dst.array[...] = received
+    return max(a[0] for a in arrivals), cost
 
 
 def _sendrecv_validate(ops: SendRecvOps, chk: Check) -> None:
@@ -168,6 +164,7 @@ def _sendrecv_cost(ops: SendRecvOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.dma,),
     cost=_sendrecv_cost,
     validate=_sendrecv_validate,
+    synchronise=_sendrecv_synchronise,
     min_nc_version=3,
     dtypes="any; dst = src dtype",
 )

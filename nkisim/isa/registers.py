@@ -146,9 +146,11 @@ class RegisterMoveOps(Operands):
     dst: VirtualRegister
     imm: Any
 
-    def extra_accesses(self) -> tuple[list[Region], list[Region]]:
-        reads = [self.imm.region] if isinstance(self.imm, VirtualRegister) else []
-        return reads, [self.dst.region]
+
+def _register_move_accesses(ops: RegisterMoveOps) -> tuple[list[Region], list[Region]]:
+    """The registers read and written (a register is a 4-byte cell of its own)."""
+    reads = [ops.imm.region] if isinstance(ops.imm, VirtualRegister) else []
+    return reads, [ops.dst.region]
 
 
 def _register_move_validate(ops: RegisterMoveOps, chk: Check) -> None:
@@ -170,6 +172,7 @@ def _register_move_cost(ops: RegisterMoveOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.sync,),
     cost=_register_move_cost,
     validate=_register_move_validate,
+    extra_accesses=_register_move_accesses,
     dtypes="imm: a 32-bit integer constant (or a register)",
 )
 def register_move(ops: RegisterMoveOps, state: EngineState) -> None:
@@ -184,8 +187,10 @@ class RegisterLoadOps(Operands):
     dst: VirtualRegister
     src: Tensor
 
-    def extra_accesses(self) -> tuple[list[Region], list[Region]]:
-        return [self.src.region], [self.dst.region]
+
+def _src_to_dst_accesses(ops: RegisterLoadOps | RegisterStoreOps) -> tuple[list[Region], list[Region]]:
+    """Reads ``src`` and writes ``dst``, a register or a tensor the sequencer reaches itself (SBUF or HBM)."""
+    return [ops.src.region], [ops.dst.region]
 
 
 def _register_load_validate(ops: RegisterLoadOps, chk: Check) -> None:
@@ -203,6 +208,7 @@ def _register_load_cost(ops: RegisterLoadOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.sync,),
     cost=_register_load_cost,
     validate=_register_load_validate,
+    extra_accesses=_src_to_dst_accesses,
     dtypes="src: one integer of at most 32 bits (e.g. int32)",
 )
 def register_load(ops: RegisterLoadOps, state: EngineState) -> None:
@@ -216,9 +222,6 @@ def register_load(ops: RegisterLoadOps, state: EngineState) -> None:
 class RegisterStoreOps(Operands):
     dst: Tensor
     src: VirtualRegister
-
-    def extra_accesses(self) -> tuple[list[Region], list[Region]]:
-        return [self.src.region], [self.dst.region]
 
 
 def _register_store_validate(ops: RegisterStoreOps, chk: Check) -> None:
@@ -236,6 +239,7 @@ def _register_store_cost(ops: RegisterStoreOps, hw: HwConfig, engine: Engine) ->
     engines=(Engine.sync,),
     cost=_register_store_cost,
     validate=_register_store_validate,
+    extra_accesses=_src_to_dst_accesses,
     dtypes="dst: one integer of at most 32 bits (e.g. int32)",
 )
 def register_store(ops: RegisterStoreOps, state: EngineState) -> None:

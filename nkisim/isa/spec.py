@@ -19,14 +19,14 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from nkisim.errors import KernelError, SourceLoc
 from nkisim.hw import Engine, HwConfig
-from nkisim.memory import Tensor
+from nkisim.memory import Region, Tensor
 
 
 class Access(Enum):
@@ -152,6 +152,23 @@ Semantics = Callable[[Any, EngineState], None]
 CostFn = Callable[[Any, HwConfig, Engine], Cost]
 Validator = Callable[[Any, Check], None]
 EngineChooser = Callable[[Any, HwConfig], Engine]
+#: ``(operands) -> (reads, writes)``: memory an instruction touches besides its tensor operands.
+ExtraAccesses = Callable[[Any], tuple[list[Region], list[Region]]]
+
+
+class Peer(Protocol):
+    """The other cores of a multi-core launch, as a synchronising instruction sees them."""
+
+    program_id: int
+    num_programs: int
+
+    def exchange(self, key: tuple[Any, ...], payload: Any, loc: SourceLoc | None) -> list[Any]:
+        """Block until every core reaches ``key``; their payloads, by program id."""
+        ...
+
+
+#: ``(operands, peer, arrival_ns, cost, compute, check) -> (not_before_ns, cost)``: meet the other cores.
+Synchronise = Callable[[Any, "Peer | None", float, Cost, bool, Check], tuple[float, Cost]]
 
 
 @dataclass(frozen=True)
@@ -165,6 +182,10 @@ class InstructionSpec:
     cost: CostFn
     validate: Validator | None = None
     choose_engine: EngineChooser | None = None
+    #: Registers, or HBM that a sequencer instruction reads: accesses the tensor operands do not show.
+    extra_accesses: ExtraAccesses | None = None
+    #: Multi-core instructions (``core_barrier``, ``sendrecv``): meets the other cores before being placed.
+    synchronise: Synchronise | None = None
     #: The first NeuronCore version that has this instruction.
     min_nc_version: int = 2
     #: The operand data types, in words, for docs/isa.md.
@@ -193,6 +214,8 @@ def instruction(
     choose_engine: EngineChooser | None = None,
     min_nc_version: int = 2,
     dtypes: str = "any NKI dtype",
+    extra_accesses: ExtraAccesses | None = None,
+    synchronise: Synchronise | None = None,
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``."""
 
@@ -208,6 +231,8 @@ def instruction(
             cost=cost,
             validate=validate,
             choose_engine=choose_engine,
+            extra_accesses=extra_accesses,
+            synchronise=synchronise,
             min_nc_version=min_nc_version,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),

@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
-from nkisim.hw import HwConfig, load_target
+from nkisim.hw import HwConfig
 from nkisim.memory.dtypes import dtype_name
 from nkisim.report import analysis
 from nkisim.sim import Timeline
@@ -53,15 +53,17 @@ class Profile:
     """The simulated timeline of one kernel run.
 
     Attributes:
-        target: the hardware generation simulated.
+        hw: the hardware generation simulated (a packaged one or a custom ``HwConfig``).
+        target: its name.
         reference_clock_ghz: the clock at which ``total_cycles`` is counted.
         kernel: the name of the kernel function.
     """
 
-    def __init__(self, timeline: Timeline, target: str, reference_clock_ghz: float, kernel: str = "") -> None:
+    def __init__(self, timeline: Timeline, hw: HwConfig, kernel: str = "") -> None:
         self._tl = timeline
-        self.target = target
-        self.reference_clock_ghz = reference_clock_ghz
+        self.hw = hw
+        self.target = hw.name
+        self.reference_clock_ghz = hw.reference_clock_ghz
         self.kernel = kernel
 
     @cached_property
@@ -135,11 +137,6 @@ class Profile:
         """Busy time of each engine as a fraction of the kernel's total time."""
         total = self.total_ns or 1.0
         return {name: ns / total for name, ns in self.engine_busy_ns.items()}
-
-    @cached_property
-    def hw(self) -> HwConfig:
-        """The hardware generation simulated."""
-        return load_target(self.target)
 
     @cached_property
     def mfu(self) -> float:

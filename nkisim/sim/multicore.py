@@ -1,12 +1,13 @@
-"""LNC=2 launches: the two programs of ``kernel[2]`` as threads that take turns.
+"""Multi-core launches (LNC=2): the two programs of ``kernel[2]`` as threads that take turns.
 
-Each program is an ordinary eager kernel run with its own memories, engines and
-timeline, in its own thread. Only one thread runs at a time: a program gives the
-turn to the other after each instruction, so the two advance together in program
-order, as two cores running the same kernel do. At a synchronisation point
-(``nisa.core_barrier``, ``nisa.sendrecv``) a program waits until the other reaches
-the matching point; the two then exchange what they bring (arrival times, data).
-The order is deterministic: program 0 always starts.
+A kernel is Python code, so each program is traced by running it: each runs in its own
+thread, on its own :class:`~nkisim.sim.machine.Machine` (its own SBUF, PSUM, private HBM,
+engines and timeline). Only one thread runs at a time: after each instruction the machine
+gives the turn to the other program (:meth:`Peer.yield_turn`), so the two advance together
+in program order, as two cores running the same kernel do. At a synchronisation point (an
+instruction spec with a ``synchronise`` hook: ``nisa.core_barrier``, ``nisa.sendrecv``) a
+program waits until the other reaches the matching point; the two then exchange what they
+bring (arrival times, data). The order is deterministic: program 0 always starts.
 
 ``nl.shared_hbm`` tensors are shared: the ``k``-th one a program allocates is the
 ``k``-th one the other allocates (the compiler allocates each once for both cores).
@@ -15,8 +16,10 @@ The kernel's inputs are shared too. SBUF, PSUM and private HBM are per program.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +30,7 @@ from nkisim.hw import HwConfig
 from nkisim.memory import Buffer, MemorySystem, Tensor
 from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import describe
+from nkisim.sim.scheduler import Timeline
 
 
 class _Aborted(BaseException):
@@ -198,6 +202,15 @@ class SharedHbmMemory(MemorySystem):
         self.sharing = True
         self._shared_count = 0
 
+    @contextlib.contextmanager
+    def unshared(self) -> Iterator[None]:
+        """Allocations made inside are this program's alone (the kernel's inputs, shared by passing them)."""
+        self.sharing = False
+        try:
+            yield
+        finally:
+            self.sharing = True
+
     def new_tensor(self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer, *args: Any, **kwargs: Any) -> Tensor:
         if buffer is not Buffer.shared_hbm or not self.sharing:
             return super().new_tensor(shape, dtype, buffer, *args, **kwargs)
@@ -213,3 +226,22 @@ class SharedHbmMemory(MemorySystem):
                 f"{describe(tensor.shape, tensor.dtype)}; both programs must allocate the same shared tensors"
             )
         return tensor
+
+
+#: Timeline columns that hold instruction indices (shifted when timelines are merged).
+_INDEX_COLUMNS = ("producer", "pred")
+
+
+def merge_timelines(timelines: list[Timeline]) -> Timeline:
+    """The cores' timelines side by side, one after the other, on tracks named ``core<i> <engine>``."""
+    merged = Timeline()
+    for core, tl in enumerate(timelines):
+        shift = len(merged)
+        for column in dataclasses.fields(Timeline):
+            values = getattr(tl, column.name)
+            if column.name == "track":
+                values = [f"core{core} {track}" for track in values]
+            elif column.name in _INDEX_COLUMNS:
+                values = [i + shift if i >= 0 else i for i in values]
+            getattr(merged, column.name).extend(values)
+    return merged

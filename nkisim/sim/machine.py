@@ -1,0 +1,197 @@
+"""The execution core: one NeuronCore's memories, engine state and timeline, and the walk of one instruction.
+
+The front end traces a kernel and hands each call over as an :class:`Instruction`
+record. :meth:`Machine.issue` then does, in this order:
+
+1. **operands**: bind the arguments to the spec's operand model (NKI's names and defaults);
+2. **engine**: the requested engine, the spec's choice, or its default;
+3. **validate**: the target has what the spec requires, the common rules, the spec's own rules;
+4. **execute**: the spec's numpy semantics over the operands' memory views (skipped in a
+   shapes-only profile);
+5. **accesses**: the regions read and written (tensor operands, dynamic offsets, and the spec's
+   declared ``extra_accesses``), which tile lifetimes and dependency tracking use;
+6. **cost**: the spec's cost formula over the target's numbers;
+7. **schedule**: place it on its engine's or DMA queue's timeline, after the spec's
+   ``synchronise`` hook (if any) has met the other cores of a multi-core launch.
+
+Every per-instruction hook is a field of :class:`~nkisim.isa.spec.InstructionSpec`; the machine
+knows no instruction by name. Another instruction set (another kind of engine) brings its own
+registry of specs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from nkisim.errors import ExecutionError, KernelError, OperandError, SourceLoc, TargetError
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
+from nkisim.isa.common import check_common
+from nkisim.isa.spec import Peer
+from nkisim.memory import MemorySystem, Region, Tensor
+from nkisim.sim.scheduler import Scheduler, Timeline
+
+#: How many instructions pass between calls of a progress hook.
+PROGRESS_EVERY = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    """One traced instruction call, as the front end hands it to the machine.
+
+    Attributes:
+        opcode: the instruction's registry name (``tensor_tensor``, ``dma_copy``, ...).
+        arguments: the call's arguments by NKI's argument names.
+        loc: the kernel line that made the call.
+    """
+
+    opcode: str
+    arguments: dict[str, Any]
+    loc: SourceLoc
+
+
+class Machine:
+    """One core: memories, engine state and timeline, and the instruction walk.
+
+    Args:
+        hw: the generation simulated.
+        compute: when False, only the timeline is built (shapes and dtypes are enough).
+        memory: the core's memories (by default its own; a multi-core launch shares HBM).
+        peer: this core's link to the other cores of a multi-core launch, else None.
+        registry: the instruction specs this machine runs, by name.
+        on_progress: called with the instruction count every :data:`PROGRESS_EVERY` instructions.
+    """
+
+    def __init__(
+        self,
+        hw: HwConfig,
+        *,
+        compute: bool = True,
+        memory: MemorySystem | None = None,
+        peer: Peer | None = None,
+        registry: Mapping[str, InstructionSpec] = REGISTRY,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.hw = hw
+        self.compute = compute
+        self.memory = memory if memory is not None else MemorySystem(hw, poison=compute)
+        self.state = EngineState(hw.sbuf.partitions, hw.nc_version)
+        self.scheduler = Scheduler(hw)
+        self.peer = peer
+        self.registry = registry
+        self.on_progress = on_progress
+
+    @property
+    def timeline(self) -> Timeline:
+        """Every instruction issued so far, scheduled."""
+        return self.scheduler.timeline
+
+    def issue(self, instruction: Instruction) -> None:
+        """Validate, execute, account, cost and schedule one instruction."""
+        spec = self.registry[instruction.opcode]
+        loc = instruction.loc
+        ops = self._operands(spec, instruction)
+        engine = self._engine(spec, ops, loc)
+        chk = Check(spec.name, engine, self.hw, loc)
+        self._validate(spec, ops, chk)
+        if self.compute:
+            self._execute(spec, ops, chk)
+        reads, writes = self._accesses(spec, ops)
+        cost = spec.cost(ops, self.hw, engine)
+        not_before = 0.0
+        if spec.synchronise is not None:
+            arrival = self.scheduler.earliest_start(engine, reads, writes)
+            not_before, cost = spec.synchronise(ops, self.peer, arrival, cost, self.compute, chk)
+        self.scheduler.schedule(spec.name, engine, cost, reads, writes, loc, not_before=not_before, args=_summary(ops))
+        if self.peer is not None:
+            self.peer.yield_turn()
+        count = len(self.scheduler.timeline)
+        if self.on_progress is not None and count % PROGRESS_EVERY == 0:
+            self.on_progress(count)
+
+    # -- the steps ----------------------------------------------------------------------
+
+    def _operands(self, spec: InstructionSpec, instruction: Instruction) -> Any:
+        try:
+            return spec.operands(**instruction.arguments)
+        except ValidationError as exc:
+            raise _operand_error(spec, self.hw, instruction.loc, exc) from None
+
+    def _engine(self, spec: InstructionSpec, ops: Any, loc: SourceLoc) -> Engine:
+        requested = ops.engine if "engine" in spec.operands.model_fields else Engine.unknown
+        if requested is Engine.unknown:
+            return spec.choose_engine(ops, self.hw) if spec.choose_engine else spec.engines[0]
+        if requested not in spec.engines:
+            raise OperandError(
+                f"{requested.title} is not one of this instruction's engines ({spec.engine_names})",
+                loc=loc,
+                instruction=f"nisa.{spec.name}",
+                target=self.hw.name,
+                operand="engine",
+            )
+        return requested
+
+    def _validate(self, spec: InstructionSpec, ops: Any, chk: Check) -> None:
+        if self.hw.nc_version < spec.min_nc_version:
+            chk.fail(TargetError, "", f"needs NeuronCore-v{spec.min_nc_version} or newer")
+        check_common(ops, chk)
+        if spec.validate is not None:
+            spec.validate(ops, chk)
+
+    def _execute(self, spec: InstructionSpec, ops: Any, chk: Check) -> None:
+        try:
+            spec.semantics(ops, self.state)
+        except KernelError:
+            raise
+        except Exception as exc:  # a bug in nkisim, reported at the kernel's line
+            raise ExecutionError(
+                f"failed: {type(exc).__name__}: {exc}",
+                loc=chk.loc,
+                instruction=f"nisa.{spec.name}",
+                engine=chk.engine.title,
+                target=self.hw.name,
+            ) from exc
+
+    def _accesses(self, spec: InstructionSpec, ops: Any) -> tuple[list[Region], list[Region]]:
+        """The regions read and written; tells the memories which tiles this instruction used."""
+        reads, writes = ops.accessed()
+        self.memory.issued(len(self.scheduler.timeline), reads, writes)
+        read_regions = [t.region for _, t in reads]
+        write_regions = [t.region for _, t in writes]
+        for _, t in (*reads, *writes):
+            read_regions.extend(t.offset_regions)  # a dynamic .ap() view reads its offset tile or register
+        if spec.extra_accesses is not None:
+            more_reads, more_writes = spec.extra_accesses(ops)
+            read_regions += more_reads
+            write_regions += more_writes
+        return read_regions, write_regions
+
+
+def _summary(ops: Any) -> tuple[tuple[str, object], ...]:
+    """The operands for the profile: tensors as (buffer, dtype, shape), other values as they are."""
+    return tuple(
+        (key, (value.buffer.value, value.dtype, value.shape) if isinstance(value, Tensor) else value)
+        for key, value in ops.__dict__.items()
+        if value is not None and key != "name" and not isinstance(value, (list, tuple))
+    )
+
+
+def _operand_error(spec: InstructionSpec, hw: HwConfig, loc: SourceLoc, exc: ValidationError) -> OperandError:
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "extra_forbidden":
+        rule = "is not an argument of this instruction"
+    elif err["type"] == "missing":
+        rule = "is a required argument"
+    else:
+        rule = f"got {type(err.get('input')).__name__} {_short(err.get('input'))}: {err['msg']}"
+    return OperandError(rule, loc=loc, instruction=f"nisa.{spec.name}", target=hw.name, operand=field)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
