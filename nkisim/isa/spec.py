@@ -216,14 +216,20 @@ def instruction(
     dtypes: str = "any NKI dtype",
     extra_accesses: ExtraAccesses | None = None,
     synchronise: Synchronise | None = None,
+    registry: dict[str, InstructionSpec] | None = None,
 ) -> Callable[[Semantics], Semantics]:
-    """Register the decorated semantics function as instruction ``name``."""
+    """Register the decorated semantics function as instruction ``name``.
+
+    ``registry`` is the instruction set it joins: by default NKI's (:data:`REGISTRY`); another
+    kind of engine keeps its own and hands it to :class:`nkisim.sim.Machine`.
+    """
+    table = REGISTRY if registry is None else registry
 
     def register(semantics: Semantics) -> Semantics:
-        if name in REGISTRY:
+        if name in table:
             raise ValueError(f"instruction {name} is registered twice")
         operands.tensor_fields = _tensor_fields(operands)
-        REGISTRY[name] = InstructionSpec(
+        table[name] = InstructionSpec(
             name=name,
             operands=operands,
             engines=engines,

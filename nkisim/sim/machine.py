@@ -47,11 +47,14 @@ class Instruction:
         opcode: the instruction's registry name (``tensor_tensor``, ``dma_copy``, ...).
         arguments: the call's arguments by NKI's argument names.
         loc: the kernel line that made the call.
+        unit: which instance of a replicated engine runs it (one of several cores of one kind, each
+            an in-order track of its own: ``GpSimd 3``); None for the NeuronCore's single engines.
     """
 
     opcode: str
     arguments: dict[str, Any]
     loc: SourceLoc
+    unit: int | None = None
 
 
 class Machine:
@@ -104,9 +107,19 @@ class Machine:
         cost = spec.cost(ops, self.hw, engine)
         not_before = 0.0
         if spec.synchronise is not None:
-            arrival = self.scheduler.earliest_start(engine, reads, writes)
+            arrival = self.scheduler.earliest_start(engine, reads, writes, instruction.unit)
             not_before, cost = spec.synchronise(ops, self.peer, arrival, cost, self.compute, chk)
-        self.scheduler.schedule(spec.name, engine, cost, reads, writes, loc, not_before=not_before, args=_summary(ops))
+        self.scheduler.schedule(
+            spec.name,
+            engine,
+            cost,
+            reads,
+            writes,
+            loc,
+            not_before=not_before,
+            args=_summary(ops),
+            unit=instruction.unit,
+        )
         if self.peer is not None:
             self.peer.yield_turn()
         count = len(self.scheduler.timeline)

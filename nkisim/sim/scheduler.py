@@ -99,7 +99,8 @@ class Scheduler:
         self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
         self._track_ids: dict[str, int] = {}
         self.timeline = Timeline()
-        self._engine_free = {e: 0.0 for e in QUEUED_ENGINES}
+        #: When each compute track (an engine, or one unit of a replicated engine) is free.
+        self._engine_free: dict[str, float] = {}
         self._queue_free = [0.0] * hw.dma.queues
         # While every transfer has used all DMA engines their calendars are identical: keep one.
         self._all_dma_engines: BandwidthCalendar | None = BandwidthCalendar()
@@ -112,16 +113,22 @@ class Scheduler:
         self._port_free = {port.name: 0.0 for port in hw.ports}
         self._ports = {e: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
 
-    def _track(self, engine: Engine) -> tuple[str, int]:
+    def _track(self, engine: Engine, unit: int | None) -> tuple[str, int]:
+        """The track an instruction runs on, and its DMA queue (-1 for a compute engine).
+
+        A replicated engine (several cores of one kind) has one in-order track per ``unit``.
+        """
         if engine is Engine.dma:
             queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
             return f"DMA q{queue}", queue
-        return engine.title, -1
+        return (engine.title if unit is None else f"{engine.title} {unit}"), -1
 
-    def earliest_start(self, engine: Engine, reads: list[Region], writes: list[Region]) -> float:
+    def earliest_start(
+        self, engine: Engine, reads: list[Region], writes: list[Region], unit: int | None = None
+    ) -> float:
         """When an instruction could start now (its data ready, its engine or queue free), without placing it."""
-        track, queue = self._track(engine)
-        free = self._queue_free[queue] if queue >= 0 else self._engine_free[engine]
+        track, queue = self._track(engine, unit)
+        free = self._queue_free[queue] if queue >= 0 else self._engine_free.get(track, 0.0)
         ready, _ = self.tracker.ready(reads, writes, self._track_ids.get(track, len(self._track_ids)))
         return max(ready, free)
 
@@ -135,13 +142,15 @@ class Scheduler:
         source: SourceLoc,
         not_before: float = 0.0,
         args: tuple[tuple[str, object], ...] = (),
+        unit: int | None = None,
     ) -> tuple[float, float]:
         """Place one instruction on the timeline; returns its (start, end) in ns.
 
-        ``not_before`` holds it back until another core is ready too (``core_barrier``, ``sendrecv``).
+        ``not_before`` holds it back until another core is ready too (``core_barrier``, ``sendrecv``);
+        ``unit`` picks one instance of a replicated engine (its own in-order track).
         """
         tl = self.timeline
-        track, queue = self._track(engine)
+        track, queue = self._track(engine, unit)
         track_id = self._track_ids.setdefault(track, len(self._track_ids))
         ready, producer = self.tracker.ready(reads, writes, track_id)
         previous = self._last_on_track.get(track, -1)
@@ -155,8 +164,8 @@ class Scheduler:
             if producer >= 0 and producer == previous and self.tracker.ready(reads, [], track_id)[1] == previous:
                 # reading the result of the instruction just before on this engine
                 ready += self._static_ns(engine, "dependent_overhead_cycles")
-            free = self._engine_free[engine]
-            start, busy = self._place_compute(engine, ready, free, cost, reads + writes)
+            free = self._engine_free.get(track, 0.0)
+            start, busy = self._place_compute(engine, track, ready, free, cost, reads + writes)
             end = start + busy + cost.latency_ns
         # results are readable an SBUF/PSUM access latency after the last write
         visible = end + (0.0 if queue >= 0 else self._static_ns(engine, "access_latency_cycles"))
@@ -184,7 +193,7 @@ class Scheduler:
         return getattr(self.hw.engine(engine), cycles_field) / self.hw.clock_ghz(engine)
 
     def _place_compute(
-        self, engine: Engine, ready: float, free: float, cost: Cost, regions: list[Region]
+        self, engine: Engine, track: str, ready: float, free: float, cost: Cost, regions: list[Region]
     ) -> tuple[float, float]:
         """Start and occupancy of a compute instruction, after its setup stage and shared ports."""
         busy = cost.busy_ns
@@ -208,7 +217,7 @@ class Scheduler:
             start = max(start, self._port_free[port])
         for port in ports:
             self._port_free[port] = start + busy
-        self._engine_free[engine] = start + busy
+        self._engine_free[track] = start + busy
         if engine is Engine.tensor:
             self._matmul_start = start
         return start, busy

@@ -1,0 +1,133 @@
+"""The execution core driven directly with instruction records, without tracing a kernel.
+
+These pin what the front end relies on: an :class:`Instruction` record walks validate ->
+execute -> account -> cost -> schedule; hooks declared on a spec take part; another
+instruction set runs on the same core from its own registry; and a replicated engine
+gets one in-order track per unit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nkisim.errors import OperandError, SourceLoc
+from nkisim.hw import Engine, HwConfig, load_target
+from nkisim.isa import OPS, REGISTRY
+from nkisim.isa.spec import Cost, EngineState, InstructionSpec, Operands, Out, instruction
+from nkisim.memory import Buffer, Region, Tensor
+from nkisim.sim import Instruction, Machine
+
+LOC = SourceLoc("kernel.py", 7, "k")
+
+
+def _tile(machine: Machine, values: np.ndarray) -> Tensor:
+    tile = machine.memory.new_tensor(values.shape, values.dtype, Buffer.sbuf)
+    tile.array[...] = values
+    return tile
+
+
+def test_a_record_is_executed_and_scheduled() -> None:
+    machine = Machine(load_target("trn2"))
+    rng = np.random.default_rng(1)
+    a, b = rng.random((128, 64), dtype=np.float32), rng.random((128, 64), dtype=np.float32)
+    ta, tb = _tile(machine, a), _tile(machine, b)
+    out = machine.memory.new_tensor((128, 64), np.dtype(np.float32), Buffer.sbuf)
+    machine.issue(Instruction("tensor_tensor", {"dst": out, "data1": ta, "data2": tb, "op": OPS["add"]}, LOC))
+    assert np.array_equal(out.array, a + b)
+    tl = machine.timeline
+    assert (tl.opcode, tl.track, [str(s) for s in tl.source]) == (["tensor_tensor"], ["Vector"], ["kernel.py:7"])
+    assert tl.end_ns[0] > tl.start_ns[0] == 0.0
+
+
+def test_shapes_only_machine_schedules_without_computing() -> None:
+    machine = Machine(load_target("trn2"), compute=False)
+    ta = machine.memory.new_tensor((128, 64), np.dtype(np.float32), Buffer.sbuf)
+    out = machine.memory.new_tensor((128, 64), np.dtype(np.float32), Buffer.sbuf)
+    before = out.array.copy()
+    machine.issue(Instruction("tensor_tensor", {"dst": out, "data1": ta, "data2": ta, "op": OPS["add"]}, LOC))
+    assert np.array_equal(out.array, before, equal_nan=True)
+    assert len(machine.timeline) == 1
+
+
+def test_bad_argument_names_the_kernel_line_instruction_and_operand() -> None:
+    machine = Machine(load_target("trn1"))
+    t = machine.memory.new_tensor((128, 4), np.dtype(np.float32), Buffer.sbuf)
+    with pytest.raises(OperandError) as info:
+        machine.issue(Instruction("tensor_tensor", {"dst": t, "data1": t, "data2": t, "op": OPS["add"], "x": 1}, LOC))
+    assert str(info.value).startswith("kernel.py:7: nisa.tensor_tensor")
+    assert "x" in str(info.value) and "not an argument" in str(info.value)
+
+
+# -- another instruction set on the same core ---------------------------------------------
+
+
+class _FillOps(Operands):
+    dst: Out
+    value: float
+
+
+TOY: dict[str, InstructionSpec] = {}
+
+
+@instruction(
+    "fill",
+    _FillOps,
+    engines=(Engine.gpsimd,),
+    cost=lambda ops, hw, engine: Cost(busy_ns=100.0),
+    registry=TOY,
+)
+def _fill(ops: _FillOps, state: EngineState) -> None:
+    """``dst[...] = value``."""
+    ops.dst.array[...] = ops.value
+
+
+def test_another_registry_runs_on_the_same_core() -> None:
+    machine = Machine(load_target("trn2"), registry=TOY)
+    t = machine.memory.new_tensor((16, 8), np.dtype(np.float32), Buffer.sbuf)
+    machine.issue(Instruction("fill", {"dst": t, "value": 3.5}, LOC))
+    assert np.array_equal(t.array, np.full((16, 8), 3.5, np.float32))
+    assert machine.timeline.busy_ns == [100.0]
+    assert "fill" not in REGISTRY
+
+
+def test_units_of_a_replicated_engine_run_side_by_side() -> None:
+    """Hand-computed: each fill is 100 ns with no dependencies; on one unit they queue, on two they overlap."""
+    hw: HwConfig = load_target("trn2")
+    machine = Machine(hw, registry=TOY)
+    tiles = [machine.memory.new_tensor((16, 8), np.dtype(np.float32), Buffer.sbuf) for _ in range(3)]
+    machine.issue(Instruction("fill", {"dst": tiles[0], "value": 1.0}, LOC, unit=0))
+    machine.issue(Instruction("fill", {"dst": tiles[1], "value": 2.0}, LOC, unit=1))
+    machine.issue(Instruction("fill", {"dst": tiles[2], "value": 3.0}, LOC, unit=0))
+    tl = machine.timeline
+    assert tl.track == ["GpSimd 0", "GpSimd 1", "GpSimd 0"]
+    assert tl.start_ns == [0.0, 0.0, 100.0]
+    assert tl.end_ns == [100.0, 100.0, 200.0]
+
+
+def test_declared_extra_accesses_order_dependent_instructions() -> None:
+    """A spec's extra_accesses are tracked like operands: a reader of that region waits for the writer."""
+    table: dict[str, InstructionSpec] = {}
+
+    class _TouchOps(Operands):
+        marker: Tensor
+
+    def touches(ops: _TouchOps) -> tuple[list[Region], list[Region]]:
+        return [], [ops.marker.region]
+
+    instruction(
+        "touch",
+        _TouchOps,
+        engines=(Engine.gpsimd,),
+        cost=lambda ops, hw, engine: Cost(busy_ns=500.0),
+        extra_accesses=touches,
+        registry=table,
+    )(lambda ops, state: None)
+    table["fill"] = TOY["fill"]
+    machine = Machine(load_target("trn2"), registry=table)
+    marker = machine.memory.new_tensor((1, 8), np.dtype(np.float32), Buffer.sbuf)
+    machine.issue(Instruction("touch", {"marker": marker}, LOC, unit=0))
+    machine.issue(Instruction("fill", {"dst": marker, "value": 0.0}, LOC, unit=1))
+    tl = machine.timeline
+    assert tl.producer[1] == 0
+    assert tl.start_ns[1] >= tl.end_ns[0]
