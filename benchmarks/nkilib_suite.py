@@ -49,7 +49,8 @@ TRIAGE: list[tuple[str, str, str]] = [
         "nki.collectives (multi-device collective communication, ReplicaGroup) is not modelled by nkisim",
     ),
     (
-        r"which needs trn2 or trn3|needs NeuronCore-v3 or newer|exceed the 196608 bytes of a SBUF partition",
+        r"which needs trn2 or trn3|needs NeuronCore-v3 or newer|needs \w+, which trn2 "
+        r"|exceed the 196608 bytes of a SBUF partition",
         "suite",
         "the suite runs this kernel on trn1, but the kernel needs NeuronCore-v3 features (an LNC=2 launch, "
         "tensor_copy on the Scalar Engine, double-row matmul, an indirect DMA transpose, or trn2's larger SBUF "

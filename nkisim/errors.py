@@ -104,7 +104,7 @@ class BoundsError(KernelError, IndexError):
 
 
 class CapacityError(KernelError, MemoryError):
-    """An on-chip memory (SBUF or PSUM) has no room for a new allocation."""
+    """A memory (SBUF, PSUM, or the target's HBM) has no room for a new allocation."""
 
 
 class TargetError(KernelError):

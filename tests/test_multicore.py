@@ -117,7 +117,9 @@ def test_program_ids_and_grid_queries():
 
 def test_lnc2_needs_trn2_or_newer():
     a = np.ones((2, 4), np.float32)
-    with pytest.raises(TargetError, match=r"kernel\[2\].*needs trn2 or trn3; trn1"):
+    with pytest.raises(
+        TargetError, match=r"kernel\[2\].*needs lnc2_collectives, which trn2 .* and trn3 .* have; trn1 has one"
+    ):
         nkisim.run(add_halves[2], [a, a], target="trn1")
     with pytest.raises(TargetError, match="trn1"):
         add_halves[2](a, a)  # the default target is trn1
@@ -389,7 +391,9 @@ def test_collectives_need_an_lnc2_launch_and_a_new_core():
 
     with pytest.raises(TargetError, match=r"needs a kernel launched on two NeuronCores \(kernel\[2\]"):
         nkisim.run(kernel, [], target="trn2")
-    with pytest.raises(TargetError, match=r"nisa\.sendrecv \[DMA, trn1\]: needs NeuronCore-v3"):
+    with pytest.raises(
+        TargetError, match=r"nisa\.sendrecv \[DMA, trn1\]: needs lnc2_collectives, which trn2 \(NeuronCore-v3\)"
+    ):
         nkisim.run(kernel, [], target="trn1")
 
 

@@ -15,6 +15,7 @@ from threadpoolctl import ThreadpoolController
 from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
 from nkisim.hw import HwConfig, load_target
+from nkisim.isa.spec import needs
 from nkisim.memory import Buffer, Tensor, to_dtype
 from nkisim.memory.liveness import PlanDivergedError, TilePlan
 from nkisim.report import Profile
@@ -301,10 +302,10 @@ def _simulate_lnc(
     plans: list[TilePlan] | None = None,
 ) -> tuple[list[KernelContext], Any]:
     """``kernel[2]``: two programs in turn-taking threads, sharing inputs and shared HBM (nkisim.sim.multicore)."""
-    if hw.nc_version < 3:
+    if not hw.capabilities.lnc2_collectives:
         raise TargetError(
-            f"kernel[{programs}] runs on {programs} NeuronCores (LNC={programs}), which needs trn2 or trn3; "
-            f"{hw.name} (NeuronCore-v{hw.nc_version}) has one NeuronCore per logical core",
+            f"kernel[{programs}] runs on {programs} NeuronCores (LNC={programs}), which {needs('lnc2_collectives')}; "
+            f"{hw.name} has one NeuronCore per logical core",
             loc=_kernel_loc(kernel),
         )
     launch = Launch(programs)

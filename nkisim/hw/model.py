@@ -12,9 +12,12 @@ import itertools
 import math
 import os
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from nkisim.hw.engines import Engine
 
@@ -55,7 +58,6 @@ class EngineConfig(_Frozen):
 
     clock_ghz: float = Field(gt=0)
     min_ii_cycles: int = Field(ge=0)
-    cycles_per_element: float = Field(default=1.0, gt=0)
     startup_cycles: int = Field(default=0, ge=0)
     #: Vector: an element-wise op reading two SBUF tiles (not bf16 add/mul/sub) runs at half rate.
     two_sbuf_inputs_cycles_per_element: float = Field(default=1.0, gt=0)
@@ -96,6 +98,8 @@ class TensorEngineConfig(_Frozen):
     clock_ghz: float = Field(gt=0)
     rows: int = Field(gt=0)
     columns: int = Field(gt=0)
+    #: Moving free size for a float32 dst; the limit is ``moving_fmax * 4`` bytes of dst per
+    #: partition, so a 2-byte dst (where the generation allows one) takes twice as many.
     moving_fmax: int = Field(gt=0)
     matmul_min_ii_cycles: int = Field(ge=0)
     fp32_cycle_factor: int = Field(gt=0)
@@ -163,6 +167,82 @@ class SequencerConfig(_Frozen):
     register_sbuf_access_cycles: int = Field(gt=0)
 
 
+#: Data types the Tensor Engine may read or write (NKI names).
+MatmulDtype = Literal["float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "tfloat32", "float32"]
+#: Reductions ``activation_reduce`` may fuse.
+ActivationReduceOp = Literal["add", "maximum", "minimum"]
+
+
+class Capabilities(_Frozen):
+    """What a generation has, by name. Instruction specs ask these, never the NeuronCore version.
+
+    Every field is required (there are no defaults): a generation file states each one,
+    or inherits it from the generation it names with ``base =``, so a new or what-if
+    generation never silently takes another generation's behaviour. Booleans are features,
+    and the names an instruction's ``requires`` may list; the other fields carry the
+    generation's value. The TOML files say what each means and where it is published.
+    """
+
+    # Whole instructions (InstructionSpec.requires).
+    #: Two NeuronCores per logical core (LNC=2): ``core_barrier``, ``sendrecv`` (and ``kernel[2]``).
+    lnc2_collectives: StrictBool
+    #: MXFP8/MXFP4 micro-scaling: ``quantize_mx``, ``nc_matmul_mx`` and the packed x4 dtypes.
+    mx_formats: StrictBool
+    #: The Vector Engine's ``exponential`` instruction.
+    vector_exponential: StrictBool
+    #: The Vector Engine's ``range_select`` instruction.
+    vector_range_select: StrictBool
+    #: The GpSimd Engine's ``nonzero_with_count`` instruction.
+    gpsimd_nonzero_with_count: StrictBool
+    #: The Vector Engine's ``rand2`` (uniform floats from its XORWOW generators).
+    vector_rand2: StrictBool
+    #: A per-lane XORWOW generator on GpSimd: ``rng(engine=gpsimd)``, ``rand_set_state``, ``rand_get_state``.
+    gpsimd_prng: StrictBool
+    # Rules inside instructions.
+    #: ``activation``/``activation_reduce`` take a compile-time scalar ``bias`` (else only a (P, 1) tile).
+    activation_scalar_bias: StrictBool
+    #: The reductions ``activation_reduce`` fuses.
+    activation_reduce_ops: tuple[ActivationReduceOp, ...] = Field(min_length=1)
+    #: ``tensor_copy`` runs on the Scalar Engine.
+    scalar_tensor_copy: StrictBool
+    #: Hardware descriptor generation: ``dge_mode.hwdge`` DMAs.
+    hardware_dge: StrictBool
+    #: ``dma_transpose`` with a ``vector_offset`` (indirect) HBM source.
+    dma_indirect_transpose: StrictBool
+    #: ``nc_matmul`` stationary/moving dtypes.
+    matmul_input_dtypes: tuple[MatmulDtype, ...] = Field(min_length=1)
+    #: ``nc_matmul`` dst dtypes (outside transpose mode).
+    matmul_output_dtypes: tuple[MatmulDtype, ...] = Field(min_length=1)
+    #: PSUM banks one ``nc_matmul`` dst may span.
+    matmul_dst_psum_banks: StrictInt = Field(gt=0)
+    #: ``nc_matmul(is_transpose=True)`` copies stationary.T bit-exactly into a dst of stationary's dtype,
+    #: at the 1-pass rate even for fp32; without it, is_transpose is an fp32 matmul like any other.
+    transpose_passes_dtype: StrictBool
+    #: ``perf_mode=double_row``: fp8 matmuls with a doubled contraction.
+    matmul_double_row: StrictBool
+    #: Legal PE tile sizes (rows or columns) of ``nc_matmul`` tiling.
+    pe_tile_sizes: tuple[Annotated[StrictInt, Field(gt=0)], ...] = Field(min_length=1)
+    #: The Vector Engine's per-lane generator: a 32-bit xorshift (one word) or XORWOW (6 words per stream).
+    vector_prng: Literal["xorshift32", "xorwow"]
+    #: Independent generators per Vector Engine lane (element ``e`` of a lane draws from stream ``e % streams``).
+    vector_prng_streams: StrictInt = Field(gt=0)
+    #: ``rand_set_state``/``rand_get_state`` reach the Vector Engine's generator (``engine=vector``).
+    vector_prng_state: StrictBool
+    #: ``rand_get_state`` may write PSUM (else SBUF only).
+    rand_get_state_to_psum: StrictBool
+
+    @model_validator(mode="after")
+    def _check(self) -> Capabilities:
+        if self.vector_prng == "xorshift32" and self.vector_prng_streams != 1:
+            raise ValueError("vector_prng xorshift32 has one stream per lane; set vector_prng_streams = 1")
+        return self
+
+    @classmethod
+    def features(cls) -> tuple[str, ...]:
+        """The boolean capabilities: the names ``InstructionSpec.requires`` may list."""
+        return tuple(name for name, f in cls.model_fields.items() if f.annotation is bool)
+
+
 class HwConfig(_Frozen):
     """One hardware generation (a NeuronCore version and its memories and engines).
 
@@ -171,6 +251,7 @@ class HwConfig(_Frozen):
         aliases: other accepted target names (``inf2``, ``gen2``, ...).
         nc_version: NeuronCore version (2 for trn1/inf2, 3 for trn2, 4 for trn3).
         reference_clock_ghz: the clock at which profiles count ``total_cycles``.
+        capabilities: what the generation has, by name (see :class:`Capabilities`).
     """
 
     name: str
@@ -189,6 +270,7 @@ class HwConfig(_Frozen):
     sync_engine: EngineConfig
     ports: tuple[PortConfig, ...] = ()
     sequencer: SequencerConfig
+    capabilities: Capabilities
 
     @model_validator(mode="after")
     def _check(self) -> HwConfig:
@@ -207,6 +289,26 @@ class HwConfig(_Frozen):
             return self.tensor.clock_ghz
         return self.engine(engine).clock_ghz
 
+    @property
+    def core_name(self) -> str:
+        """``NeuronCore-v2``, ``NeuronCore-v3``, ...: the NeuronCore version, as the docs name it."""
+        return f"NeuronCore-v{self.nc_version}"
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> HwConfig:
+        """Load a generation file, such as a what-if machine.
+
+        A file that says ``base = "trn2"`` (a packaged generation or alias, or the path of
+        another generation file, relative to this one) holds only what it changes: its
+        tables are merged, key by key, over the base's. It must give its own ``name``;
+        the base's ``aliases`` are not inherited.
+
+        Raises:
+            ValueError: the file is missing, is not TOML, names an unknown base, or the
+                merged generation is invalid (a pydantic ``ValidationError`` names the field).
+        """
+        return cls.model_validate(_resolve_file(Path(path), ()))
+
 
 _ENGINE_FIELD = {
     Engine.vector: lambda hw: hw.vector,
@@ -217,15 +319,67 @@ _ENGINE_FIELD = {
 
 
 @functools.cache
-def _all_generations() -> dict[str, HwConfig]:
-    table: dict[str, HwConfig] = {}
+def _packaged_tables() -> dict[str, dict[str, Any]]:
+    """The packaged generation files as parsed TOML, by name and by alias."""
+    table: dict[str, dict[str, Any]] = {}
     folder = resources.files("nkisim.hw") / "generations"
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
-            hw = HwConfig.model_validate(tomllib.loads(entry.read_text()))
-            for key in (hw.name, *hw.aliases):
-                table[key] = hw
+            data = tomllib.loads(entry.read_text())
+            for key in (data["name"], *data.get("aliases", ())):
+                table[key] = data
     return table
+
+
+@functools.cache
+def _all_generations() -> dict[str, HwConfig]:
+    built: dict[str, HwConfig] = {}
+    table: dict[str, HwConfig] = {}
+    for key, data in _packaged_tables().items():
+        hw = built.get(data["name"]) or HwConfig.model_validate(data)
+        built[hw.name] = hw
+        table[key] = hw
+    return table
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``: tables merge key by key; any other value (arrays too) replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _resolve_file(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The complete table of generation file ``path``, its ``base`` (if any) merged under it."""
+    path = path.expanduser().resolve()
+    if path in seen:
+        raise ValueError(f"generation file {path} is its own base (through {', '.join(map(str, seen))})")
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"generation file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"generation file {path} is not valid TOML: {exc}") from None
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if "name" not in data:
+        raise ValueError(f"generation file {path} has base = {base!r} but no name of its own")
+    if not isinstance(base, str):
+        raise ValueError(f"generation file {path}: base must be a generation name or a .toml path, not {base!r}")
+    if base.strip().lower().endswith(".toml"):
+        parent = _resolve_file(path.parent / base, (*seen, path))
+    else:
+        packaged = _packaged_tables()
+        key = base.strip().lower()
+        if key not in packaged:
+            raise ValueError(f"generation file {path}: unknown base {base!r}; choose one of {', '.join(packaged)}")
+        parent = packaged[key]
+    return _merge({k: v for k, v in parent.items() if k != "aliases"}, data)
 
 
 def generation_names() -> list[str]:
@@ -233,13 +387,43 @@ def generation_names() -> list[str]:
     return sorted(_all_generations())
 
 
-def load_target(target: str | HwConfig | None = None) -> HwConfig:
-    """Resolve a target name (or ``None``: the environment, then the default) to its config."""
+def packaged_generations() -> list[HwConfig]:
+    """The packaged generations, each once, oldest NeuronCore first."""
+    unique = {hw.name: hw for hw in _all_generations().values()}
+    return sorted(unique.values(), key=lambda hw: (hw.nc_version, hw.name))
+
+
+def capability_holders(capability: str) -> list[HwConfig]:
+    """The packaged generations that have the boolean ``capability``, oldest first."""
+    if capability not in Capabilities.features():
+        raise ValueError(
+            f"{capability!r} is not a boolean capability; choose one of {', '.join(Capabilities.features())}"
+        )
+    return [hw for hw in packaged_generations() if getattr(hw.capabilities, capability)]
+
+
+def _is_path(target: object) -> bool:
+    return isinstance(target, os.PathLike) or (isinstance(target, str) and target.strip().lower().endswith(".toml"))
+
+
+def load_target(target: str | os.PathLike[str] | HwConfig | None = None) -> HwConfig:
+    """Resolve a target to its config.
+
+    ``target`` is an :class:`HwConfig`, a generation name or alias (``trn2``, ``inf2``), the
+    path of a generation TOML file (a ``str`` ending in ``.toml`` or any ``os.PathLike``; see
+    :meth:`HwConfig.from_toml`), or ``None``: the ``NEURON_PLATFORM_TARGET_OVERRIDE``
+    environment variable (a name or a path), then the default, ``trn1``.
+    """
     if isinstance(target, HwConfig):
         return target
-    name = target or os.environ.get(TARGET_ENV_VAR) or DEFAULT_TARGET
+    chosen = target or os.environ.get(TARGET_ENV_VAR) or DEFAULT_TARGET
+    if _is_path(chosen):
+        return HwConfig.from_toml(chosen)
+    assert isinstance(chosen, str)
     table = _all_generations()
     try:
-        return table[name.strip().lower()]
+        return table[chosen.strip().lower()]
     except KeyError:
-        raise ValueError(f"unknown target {name!r}; choose one of {', '.join(sorted(table))}") from None
+        raise ValueError(
+            f"unknown target {chosen!r}; choose one of {', '.join(sorted(table))}, or the path of a .toml file"
+        ) from None

@@ -16,7 +16,7 @@ from nkisim.isa import (  # noqa: F401 - they register instructions
     vector,
     vector_reduce,
 )
-from nkisim.isa.enums import dge_mode, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from nkisim.isa.enums import dge_mode, matmul_perf_mode, oob_mode, reduce_cmd
 from nkisim.isa.ops import OPS, Op
 from nkisim.isa.spec import REGISTRY, Check, Cost, EngineState, InstructionSpec, Operands
 
@@ -31,7 +31,6 @@ __all__ = [
     "Operands",
     "dge_mode",
     "matmul_perf_mode",
-    "nc_version",
     "oob_mode",
     "reduce_cmd",
 ]

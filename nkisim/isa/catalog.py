@@ -3,7 +3,7 @@
     python -m nkisim isa-doc > docs/isa.md
 
 Each row comes from an :class:`~nkisim.isa.spec.InstructionSpec`: its engines, the
-generations that have it (``min_nc_version``), its ``dtypes`` text and the first line
+generations that have every capability it ``requires``, its ``dtypes`` text and the first line
 of its cost function's docstring. The constants named in the legend are read from the
 generation files, so the page changes when they do (and ``tests/test_isa_doc.py`` fails
 until it is regenerated).
@@ -12,16 +12,20 @@ until it is regenerated).
 from __future__ import annotations
 
 from nkisim.hw import HwConfig, load_target
-from nkisim.isa.spec import REGISTRY, InstructionSpec
+from nkisim.isa.spec import REGISTRY, InstructionSpec, missing_capability
 
-#: The modelled targets, oldest first, and the names the docs give each NeuronCore version.
+#: The modelled targets, oldest first.
 _TARGETS = ("trn1", "trn2", "trn3")
-_TARGETS_OF_VERSION = {2: "trn1/inf2", 3: "trn2", 4: "trn3"}
+
+
+def _target_label(hw: HwConfig) -> str:
+    """``trn1/inf2``: a generation's name with its product aliases (not ``gen2``-style ones)."""
+    return "/".join([hw.name, *(a for a in hw.aliases if not a.startswith(("gen", "nc-")))])
 
 
 def _generations(spec: InstructionSpec, targets: list[HwConfig]) -> str:
-    versions = sorted({hw.nc_version for hw in targets})
-    return ", ".join(_TARGETS_OF_VERSION[v] for v in versions if v >= spec.min_nc_version)
+    """The targets that have every capability ``spec`` requires."""
+    return ", ".join(_target_label(hw) for hw in targets if missing_capability(spec, hw) is None)
 
 
 def _same(values: list[float]) -> str:

@@ -93,7 +93,7 @@ def _core_barrier_cost(ops: CoreBarrierOps, hw: HwConfig, engine: Engine) -> Cos
     validate=_core_barrier_validate,
     extra_accesses=_core_barrier_accesses,
     synchronise=_core_barrier_synchronise,
-    min_nc_version=3,
+    requires=("lnc2_collectives",),
     dtypes="data: any (a shared-HBM tensor, used only for dependencies)",
 )
 def core_barrier(ops: CoreBarrierOps, state: EngineState) -> None:
@@ -165,7 +165,7 @@ def _sendrecv_cost(ops: SendRecvOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_sendrecv_cost,
     validate=_sendrecv_validate,
     synchronise=_sendrecv_synchronise,
-    min_nc_version=3,
+    requires=("lnc2_collectives",),
     dtypes="any; dst = src dtype",
 )
 def sendrecv(ops: SendRecvOps, state: EngineState) -> None:

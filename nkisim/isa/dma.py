@@ -12,12 +12,12 @@ from typing import Annotated
 
 import numpy as np
 
-from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError, TargetError
+from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
 from nkisim.isa.common import F32, check_in, copy_bits, f32, same_format, write
 from nkisim.isa.ops import OPS, Op
-from nkisim.isa.spec import Access, Check, Cost, EngineState, In, Operands, Out, instruction
+from nkisim.isa.spec import Access, Check, Cost, EngineState, In, Operands, Out, instruction, require
 from nkisim.memory import Buffer, Tensor, dtype_name
 from nkisim.memory.access import apply_dynamic, gather
 
@@ -38,9 +38,9 @@ def has_dynamic_offset(t: Tensor) -> bool:
 
 
 def check_dge_mode(chk: Check, mode: enums.dge_mode) -> None:
-    """Hardware DGE exists from NeuronCore-v3 on."""
-    if mode is enums.dge_mode.hwdge and chk.hw.nc_version < 3:
-        chk.fail(TargetError, "dge_mode", "hwdge (hardware DGE) needs NeuronCore-v3 or newer")
+    """Hardware DGE exists where the target has ``hardware_dge`` (NeuronCore-v3 on)."""
+    if mode is enums.dge_mode.hwdge:
+        require(chk, "hardware_dge", "dge_mode", "hwdge (hardware DGE) needs NeuronCore-v3 or newer")
 
 
 def check_element_counts(chk: Check, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
@@ -245,8 +245,7 @@ def _check_indirect_transpose(ops: DmaTransposeOps, chk: Check) -> None:
             "dge_mode",
             f"{ops.dge_mode.name} is not valid for an indirect transpose; use dge_mode.unknown or dge_mode.swdge",
         )
-    if chk.hw.nc_version < 3:
-        chk.fail(TargetError, "src", "an indirect (vector_offset) transpose needs NeuronCore-v3 or newer")
+    require(chk, "dma_indirect_transpose", "src", "an indirect (vector_offset) transpose needs NeuronCore-v3 or newer")
     if ops.src.buffer.is_on_chip:
         chk.fail(MemoryKindError, "src", "an indirect transpose reads from HBM")
     if ops.dst.is_dynamic:

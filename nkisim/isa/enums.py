@@ -1,8 +1,8 @@
-"""The enums of ``nki.isa`` (the engine enum is :class:`nkisim.hw.Engine`)."""
+"""The enums of ``nki.isa`` that instructions take (the engine enum is :class:`nkisim.hw.Engine`;
+the NeuronCore version enum, which only reports the target to kernels, is in :mod:`nkisim.nki.isa`)."""
 
 from __future__ import annotations
 
-import functools
 from enum import Enum
 
 
@@ -44,17 +44,3 @@ class dma_engine(Enum):
 
     dma = 1
     gpsimd_dma = 2
-
-
-@functools.total_ordering
-class nc_version(Enum):
-    """NeuronCore version of a target; versions compare in order (``get_nc_version() >= nc_version.gen3``)."""
-
-    gen2 = 2
-    gen3 = 3
-    gen4 = 4
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, nc_version):
-            return NotImplemented
-        return self.value < other.value

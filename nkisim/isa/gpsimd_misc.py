@@ -130,7 +130,7 @@ def _nonzero_with_count_cost(ops: NonzeroWithCountOps, hw: HwConfig, engine: Eng
     cost=_nonzero_with_count_cost,
     validate=_nonzero_with_count_validate,
     dtypes="src fp32 or int32; dst int32; index_offset, padding_val int32",
-    min_nc_version=3,
+    requires=("gpsimd_nonzero_with_count",),
 )
 def nonzero_with_count(ops: NonzeroWithCountOps, state: EngineState) -> None:
     """On partitions 0, 16, ..., 112 of the tiles: nonzero indices + offset, padding, then the count.

@@ -154,7 +154,7 @@ def _quantize_mx_cost(ops: QuantizeMxOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.vector,),
     cost=_quantize_mx_cost,
     validate=_quantize_mx_validate,
-    min_nc_version=4,
+    requires=("mx_formats",),
     dtypes="src fp16/bf16; dst float8_e5m2_x4/float8_e4m3fn_x4; dst_scale uint8",
 )
 def quantize_mx(ops: QuantizeMxOps, state: EngineState) -> None:
@@ -280,7 +280,7 @@ def _dequantized(data: Tensor, scale: Tensor) -> np.ndarray:
     engines=(Engine.tensor,),
     cost=_nc_matmul_mx_cost,
     validate=_nc_matmul_mx_validate,
-    min_nc_version=4,
+    requires=("mx_formats",),
     dtypes="stationary/moving float8_e5m2_x4/float8_e4m3fn_x4/float4_e2m1fn_x4; scales uint8; dst fp32/bf16",
 )
 def nc_matmul_mx(ops: NcMatmulMxOps, state: EngineState) -> None:

@@ -4,12 +4,12 @@ Each engine keeps its own generator state in :class:`~nkisim.isa.spec.EngineStat
 one state per compute lane (partition), so a kernel's random stream is a pure
 function of its seeds and its instructions:
 
-* the Vector Engine before NeuronCore-v4: a 32-bit xorshift generator per lane (one
-  word of state). The docs call it an LFSR without publishing its polynomial;
-  xorshift is an LFSR over GF(2).
-* the Vector Engine on NeuronCore-v4: four XORWOW generators per lane (24 words);
-  element ``e`` of a lane's output comes from generator ``e % 4``.
-* the GpSimd Engine (NeuronCore-v3+): one XORWOW generator per lane (6 words).
+* the Vector Engine, as the target's ``vector_prng`` capability says: before NeuronCore-v4
+  a 32-bit xorshift generator per lane (one word of state; the docs call it an LFSR
+  without publishing its polynomial, and xorshift is an LFSR over GF(2)); on
+  NeuronCore-v4 ``vector_prng_streams`` (4) XORWOW generators per lane (24 words);
+  element ``e`` of a lane's output comes from generator ``e % streams``.
+* the GpSimd Engine (``gpsimd_prng``, NeuronCore-v3+): one XORWOW generator per lane (6 words).
 
 XORWOW is Marsaglia's (2003): five xorshift words ``x0..x4`` and a Weyl counter ``d``;
 each step returns ``t + d`` after ``t = x4; t ^= t >> 2; t ^= t << 1; t ^= x0 ^ (x0 << 4)``,
@@ -24,16 +24,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nkisim.errors import DtypeError, OperandError, ShapeError, TargetError
+from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
+from nkisim.hw.model import Capabilities
 from nkisim.isa.common import as_rows, check_in, check_same_layout, check_vector_operand, per_partition, write
-from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, ScalarOrIn, instruction
+from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, ScalarOrIn, instruction, require
 from nkisim.isa.vector import per_element_cost
 from nkisim.memory import Buffer, Tensor, dtype_name, is_float, is_integer
 
 XORWOW_WORDS = 6
-#: Streams per lane of the NeuronCore-v4 Vector Engine (4 x 32-bit values per lane per cycle).
-VECTOR_V4_STREAMS = 4
 XORWOW_WEYL = 362437
 #: The state an xorshift word must never hold (it would stay zero forever) is replaced by this.
 _NONZERO = 0x6D2B79F5
@@ -54,11 +53,13 @@ _RAND2_DTYPES = (
 # -- generators -----------------------------------------------------------------------
 
 
-def state_words(engine: Engine, nc_version: int) -> int:
-    """uint32 words of PRNG state per lane of ``engine``."""
+def state_words(engine: Engine, capabilities: Capabilities) -> int:
+    """uint32 words of PRNG state per lane of ``engine`` on a target with ``capabilities``."""
     if engine is Engine.gpsimd:
         return XORWOW_WORDS
-    return XORWOW_WORDS * VECTOR_V4_STREAMS if nc_version >= 4 else 1
+    if capabilities.vector_prng == "xorwow":
+        return XORWOW_WORDS * capabilities.vector_prng_streams
+    return 1
 
 
 def _fmix32(h: np.ndarray) -> np.ndarray:
@@ -81,7 +82,7 @@ def seeded_state(seed: int, lanes: int, words: int) -> np.ndarray:
 def engine_prng(state: EngineState, engine: Engine) -> np.ndarray:
     """The ``(lanes, words)`` uint32 PRNG state of ``engine``, made from seed 0 on first use."""
     if engine not in state.prng:
-        state.prng[engine] = seeded_state(0, state.partitions, state_words(engine, state.nc_version))
+        state.prng[engine] = seeded_state(0, state.partitions, state_words(engine, state.capabilities))
     return state.prng[engine]
 
 
@@ -154,8 +155,8 @@ class RngOps(Operands):
 
 
 def _rng_validate(ops: RngOps, chk: Check) -> None:
-    if chk.engine is Engine.gpsimd and chk.hw.nc_version < 3:
-        chk.fail(TargetError, "engine", "rng runs on the GpSimd Engine from NeuronCore-v3; use the Vector Engine")
+    if chk.engine is Engine.gpsimd:
+        require(chk, "gpsimd_prng", "engine", "rng runs on the GpSimd Engine from NeuronCore-v3; use the Vector Engine")
     if dtype_name(ops.dst.dtype) not in _INT_DTYPES:
         chk.fail(DtypeError, "dst", f"dtype {dtype_name(ops.dst.dtype)} must be one of {', '.join(_INT_DTYPES)}")
 
@@ -222,7 +223,7 @@ def _rand2_cost(ops: Rand2Ops, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.vector,),
     cost=_rand2_cost,
     validate=_rand2_validate,
-    min_nc_version=4,
+    requires=("vector_rand2",),
     dtypes="dst fp8/fp16/bf16/fp32/tf32 or (u)int8/16/32; min, max fp32",
 )
 def rand2(ops: Rand2Ops, state: EngineState) -> None:
@@ -315,7 +316,7 @@ def _set_rng_seed_cost(ops: SetRngSeedOps, hw: HwConfig, engine: Engine) -> Cost
 def set_rng_seed(ops: SetRngSeedOps, state: EngineState) -> None:
     """Seed every lane of the Vector Engine's generator from one 32-bit value (its bits, not its value)."""
     seed = int(np.ascontiguousarray(ops.src_seeds.array).view(np.uint32).reshape(-1)[0])
-    state.prng[Engine.vector] = seeded_state(seed, state.partitions, state_words(Engine.vector, state.nc_version))
+    state.prng[Engine.vector] = seeded_state(seed, state.partitions, state_words(Engine.vector, state.capabilities))
 
 
 class RandSetStateOps(Operands):
@@ -332,13 +333,18 @@ RandStateOps = RandSetStateOps | RandGetStateOps
 
 
 def _check_state_tensor(chk: Check, name: str, t: Tensor) -> None:
-    if chk.engine is Engine.vector and chk.hw.nc_version < 4:
-        chk.fail(TargetError, "engine", "the Vector Engine's PRNG state is reachable from NeuronCore-v4; use GpSimd")
+    if chk.engine is Engine.vector:
+        require(
+            chk,
+            "vector_prng_state",
+            "engine",
+            "the Vector Engine's PRNG state is reachable from NeuronCore-v4; use GpSimd",
+        )
     if dtype_name(t.dtype) != "uint32":
         chk.fail(DtypeError, name, f"dtype {dtype_name(t.dtype)} must be uint32")
     if t.ndim != 2:
         chk.fail(ShapeError, name, f"shape {list(t.shape)} must be 2-D: [lanes, state words]")
-    words = state_words(chk.engine, chk.hw.nc_version)
+    words = state_words(chk.engine, chk.hw.capabilities)
     if t.shape[1] != words:
         chk.fail(
             ShapeError,
@@ -353,7 +359,7 @@ def _rand_set_state_validate(ops: RandSetStateOps, chk: Check) -> None:
 
 def _rand_get_state_validate(ops: RandGetStateOps, chk: Check) -> None:
     _check_state_tensor(chk, "dst", ops.dst)
-    if chk.hw.nc_version < 4:
+    if not chk.hw.capabilities.rand_get_state_to_psum:
         check_in(chk, "dst", ops.dst, Buffer.sbuf)
 
 
@@ -387,7 +393,7 @@ def _rand_get_state_cost(ops: RandGetStateOps, hw: HwConfig, engine: Engine) -> 
     cost=_rand_set_state_cost,
     validate=_rand_set_state_validate,
     choose_engine=_state_engine,
-    min_nc_version=3,
+    requires=("gpsimd_prng",),
     dtypes="src_seeds uint32 (the state words)",
 )
 def rand_set_state(ops: RandSetStateOps, state: EngineState) -> None:
@@ -403,7 +409,7 @@ def rand_set_state(ops: RandSetStateOps, state: EngineState) -> None:
     cost=_rand_get_state_cost,
     validate=_rand_get_state_validate,
     choose_engine=_state_engine,
-    min_nc_version=3,
+    requires=("gpsimd_prng",),
     dtypes="dst uint32 (the state words)",
 )
 def rand_get_state(ops: RandGetStateOps, state: EngineState) -> None:

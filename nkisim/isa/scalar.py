@@ -23,6 +23,7 @@ from nkisim.isa.spec import (
     ScalarOrIn,
     engine_cost,
     instruction,
+    require,
 )
 from nkisim.isa.vector import per_element_cost
 from nkisim.isa.vector_reduce import check_column
@@ -63,8 +64,10 @@ def _check_activation_operands(ops: ActivationOps | ActivationReduceOps, chk: Ch
     if isinstance(ops.scale, Tensor) and ops.scale.dtype != _FP32:
         chk.fail(DtypeError, "scale", f"dtype {ops.scale.dtype} must be float32")
     check_vector_operand(chk, "bias", ops.bias, p)
-    if ops.bias is not None and not isinstance(ops.bias, Tensor) and chk.hw.nc_version < 3:
-        chk.fail(TargetError, "bias", "must be a (P, 1) tensor on NeuronCore-v2; scalars need v3 or newer")
+    if ops.bias is not None and not isinstance(ops.bias, Tensor):
+        require(
+            chk, "activation_scalar_bias", "bias", "must be a (P, 1) tensor on NeuronCore-v2; scalars need v3 or newer"
+        )
 
 
 def _table(op: Op) -> str | None:
@@ -133,7 +136,7 @@ class ActivationReduceOps(Operands):
     scale: ScalarOrIn = 1.0
 
 
-#: reduce_op values of activation_reduce (NeuronCore-v2: add only).
+#: reduce_op values of activation_reduce (a generation may have fewer: ``activation_reduce_ops``).
 _REDUCE_OPS = ("add", "maximum", "minimum")
 
 
@@ -141,9 +144,13 @@ def _activation_reduce_validate(ops: ActivationReduceOps, chk: Check) -> None:
     _check_activation_operands(ops, chk)
     if ops.reduce_op.name not in _REDUCE_OPS:
         chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; use nl.add, nl.maximum or nl.minimum")
-    if ops.reduce_op.name != "add" and chk.hw.nc_version < 3:
+    allowed = chk.hw.capabilities.activation_reduce_ops
+    if ops.reduce_op.name not in allowed:
         chk.fail(
-            TargetError, "reduce_op", f"{ops.reduce_op!r} needs NeuronCore-v3 or newer; NeuronCore-v2 has only nl.add"
+            TargetError,
+            "reduce_op",
+            f"{ops.reduce_op!r} needs NeuronCore-v3 or newer; {chk.hw.name} has only "
+            f"{', '.join('nl.' + op for op in allowed)} (capability activation_reduce_ops)",
         )
     check_column(chk, "reduce_res", ops.reduce_res, ops.data.partitions)
 

@@ -248,7 +248,7 @@ def _range_select_cost(ops: RangeSelectOps, hw: HwConfig, engine: Engine) -> Cos
     engines=(Engine.vector,),
     cost=_range_select_cost,
     validate=_range_select_validate,
-    min_nc_version=3,
+    requires=("vector_range_select",),
     dtypes="on_true_tile floats; bound0/bound1 fp32; compared in fp32",
 )
 def range_select(ops: RangeSelectOps, state: EngineState) -> None:

@@ -24,8 +24,9 @@ from typing import Annotated, Any, ClassVar, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from nkisim.errors import KernelError, SourceLoc
+from nkisim.errors import KernelError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
+from nkisim.hw.model import Capabilities, capability_holders
 from nkisim.memory import Region, Tensor
 
 
@@ -115,10 +116,11 @@ class EngineState:
             ``tensor_scalar_cumulative``).
         prng: each engine's pseudo-random generator state, ``(partitions, words)`` uint32
             per engine, made on first use by :mod:`nkisim.isa.random`.
+        capabilities: what the target has (the generators' kinds, for instance).
     """
 
     partitions: int
-    nc_version: int
+    capabilities: Capabilities
     scalar_reduce_regs: np.ndarray = field(init=False)
     vector_reduce_regs: np.ndarray = field(init=False)
     prng: dict[Engine, np.ndarray] = field(default_factory=dict)
@@ -186,8 +188,8 @@ class InstructionSpec:
     extra_accesses: ExtraAccesses | None = None
     #: Multi-core instructions (``core_barrier``, ``sendrecv``): meets the other cores before being placed.
     synchronise: Synchronise | None = None
-    #: The first NeuronCore version that has this instruction.
-    min_nc_version: int = 2
+    #: The boolean :class:`~nkisim.hw.model.Capabilities` a target needs to have this instruction.
+    requires: tuple[str, ...] = ()
     #: The operand data types, in words, for docs/isa.md.
     dtypes: str = "any NKI dtype"
     doc: str = ""
@@ -212,7 +214,7 @@ def instruction(
     cost: CostFn,
     validate: Validator | None = None,
     choose_engine: EngineChooser | None = None,
-    min_nc_version: int = 2,
+    requires: tuple[str, ...] = (),
     dtypes: str = "any NKI dtype",
     extra_accesses: ExtraAccesses | None = None,
     synchronise: Synchronise | None = None,
@@ -220,10 +222,14 @@ def instruction(
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``.
 
+    ``requires`` names the boolean capabilities a target must have (``("mx_formats",)``);
     ``registry`` is the instruction set it joins: by default NKI's (:data:`REGISTRY`); another
     kind of engine keeps its own and hands it to :class:`nkisim.sim.Machine`.
     """
     table = REGISTRY if registry is None else registry
+    unknown = [c for c in requires if c not in Capabilities.features()]
+    if unknown:
+        raise ValueError(f"instruction {name} requires {unknown}, which are not boolean capabilities")
 
     def register(semantics: Semantics) -> Semantics:
         if name in table:
@@ -239,13 +245,36 @@ def instruction(
             choose_engine=choose_engine,
             extra_accesses=extra_accesses,
             synchronise=synchronise,
-            min_nc_version=min_nc_version,
+            requires=requires,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),
         )
         return semantics
 
     return register
+
+
+def missing_capability(spec: InstructionSpec, hw: HwConfig) -> str | None:
+    """The first capability ``spec`` requires that ``hw`` lacks, or ``None`` when it has them all."""
+    return next((name for name in spec.requires if not getattr(hw.capabilities, name)), None)
+
+
+def needs(capability: str) -> str:
+    """The rule a target without ``capability`` breaks, naming the packaged generations that have it.
+
+    ``needs mx_formats, which trn3 (NeuronCore-v4) has``.
+    """
+    holders = [f"{hw.name} ({hw.core_name})" for hw in capability_holders(capability)]
+    if not holders:
+        return f"needs {capability}, which no packaged generation has"
+    listed = holders[0] if len(holders) == 1 else ", ".join(holders[:-1]) + " and " + holders[-1]
+    return f"needs {capability}, which {listed} {'has' if len(holders) == 1 else 'have'}"
+
+
+def require(chk: Check, capability: str, operand: str, rule: str) -> None:
+    """Fail with ``rule`` (a :class:`TargetError`, naming ``capability``) unless the target has ``capability``."""
+    if not getattr(chk.hw.capabilities, capability):
+        chk.fail(TargetError, operand, f"{rule} (capability {capability})")
 
 
 def _tensor_fields(model: type[Operands]) -> tuple[tuple[str, Access], ...]:

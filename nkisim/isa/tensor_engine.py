@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkisim.errors import DtypeError, OperandError, ShapeError, TargetError
+from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
 from nkisim.isa.common import check_in, f32
 from nkisim.isa.enums import matmul_perf_mode
-from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction
+from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction, require
 from nkisim.isa.vector import per_element_cost
 from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_float8, to_dtype
 
 _FP32 = to_dtype("float32")
-_BF16 = to_dtype("bfloat16")
-_MATMUL_INPUTS = {to_dtype(n) for n in ("float8_e4m3", "float8_e5m2", "bfloat16", "float16", "tfloat32", "float32")}
-_FP8_V4 = to_dtype("float8_e4m3fn")
+
+
+def _has_dtype(names: tuple[str, ...], t: Tensor) -> bool:
+    """True when ``t``'s dtype is one of the NKI dtype ``names`` (tfloat32 is float32's bits)."""
+    return dtype_name(t.dtype) in names or (t.dtype == _FP32 and "float32" in names)
 
 
 def _is_fp32_class(t: Tensor) -> bool:
@@ -51,9 +53,9 @@ def _nc_matmul_validate(ops: NcMatmulOps, chk: Check) -> None:
     check_in(chk, "stationary", ops.stationary, Buffer.sbuf)
     check_in(chk, "moving", ops.moving, Buffer.sbuf)
     check_in(chk, "dst", ops.dst, Buffer.psum)
+    caps = hw.capabilities
     for name, t in (("stationary", ops.stationary), ("moving", ops.moving)):
-        allowed = t.dtype in _MATMUL_INPUTS or (hw.nc_version >= 4 and t.dtype == _FP8_V4)
-        if not allowed:
+        if not _has_dtype(caps.matmul_input_dtypes, t):
             chk.fail(DtypeError, name, f"dtype {dtype_name(t.dtype)} is not a Tensor Engine input type")
     if _is_fp32_class(ops.stationary) != _is_fp32_class(ops.moving):
         chk.fail(DtypeError, "moving", "float32/tfloat32 inputs must be paired with float32/tfloat32")
@@ -66,7 +68,7 @@ def _nc_matmul_validate(ops: NcMatmulOps, chk: Check) -> None:
     if ops.perf_mode is matmul_perf_mode.double_row:
         _check_double_row(ops, chk)
     rows, cols = _tile_shape(ops, chk)
-    _, m, n = _contraction_layout(ops)
+    k, m, n = _contraction_layout(ops)
     if ops.stationary.partitions > rows:
         chk.fail(
             ShapeError, "stationary", f"partition dim {ops.stationary.partitions} exceeds the PE tile's {rows} rows"
@@ -76,28 +78,30 @@ def _nc_matmul_validate(ops: NcMatmulOps, chk: Check) -> None:
     n_max = _moving_fmax(ops, hw)
     if n > n_max:
         chk.fail(ShapeError, "moving", f"free size {n} exceeds {n_max} for a {dtype_name(ops.dst.dtype)} dst")
-    if ops.is_transpose and hw.nc_version >= 3:
+    if ops.is_transpose and caps.transpose_passes_dtype:
         if ops.dst.dtype != ops.stationary.dtype:
             chk.fail(DtypeError, "dst", "must have the dtype of stationary in transpose mode")
-    elif ops.dst.dtype != _FP32 and not (hw.nc_version >= 4 and ops.dst.dtype == _BF16):
-        allowed = "float32 or bfloat16" if hw.nc_version >= 4 else "float32"
+        if n != k:
+            chk.fail(ShapeError, "moving", f"free size {n} must equal the contraction size {k} in transpose mode")
+    elif not _has_dtype(caps.matmul_output_dtypes, ops.dst):
+        allowed = " or ".join(caps.matmul_output_dtypes)
         chk.fail(DtypeError, "dst", f"dtype {dtype_name(ops.dst.dtype)} must be {allowed}")
     if ops.dst.partitions != m or ops.dst.free_size != n:
         chk.fail(ShapeError, "dst", f"shape {list(ops.dst.shape)} must hold the [{m}, {n}] result")
-    if ops.dst.free_size * ops.dst.itemsize > hw.psum.bank_bytes * (8 if hw.nc_version >= 4 else 1):
-        chk.fail(ShapeError, "dst", "does not fit in one PSUM bank")
+    banks = caps.matmul_dst_psum_banks
+    if ops.dst.free_size * ops.dst.itemsize > hw.psum.bank_bytes * banks:
+        chk.fail(
+            ShapeError, "dst", "does not fit in one PSUM bank" if banks == 1 else f"does not fit in {banks} PSUM banks"
+        )
 
 
 def _moving_fmax(ops: NcMatmulOps, hw: HwConfig) -> int:
-    """512 (one PSUM bank of fp32) before NeuronCore-v4; from v4 all 8 banks: 4096 fp32 or 8192 bf16 values."""
-    if hw.nc_version >= 4:
-        return hw.psum.bytes_per_partition // ops.dst.itemsize
-    return hw.tensor.moving_fmax
+    """``tensor.moving_fmax`` fp32 values, as dst bytes: 512 on trn1/trn2; 4096 fp32 or 8192 bf16 on trn3."""
+    return hw.tensor.moving_fmax * 4 // ops.dst.itemsize
 
 
 def _check_double_row(ops: NcMatmulOps, chk: Check) -> None:
-    if chk.hw.nc_version < 3:
-        chk.fail(TargetError, "perf_mode", "double_row needs NeuronCore-v3 or newer")
+    require(chk, "matmul_double_row", "perf_mode", "double_row needs NeuronCore-v3 or newer")
     for name, t in (("stationary", ops.stationary), ("moving", ops.moving)):
         if not is_float8(t.dtype):
             chk.fail(DtypeError, name, f"dtype {dtype_name(t.dtype)} must be float8 in double_row mode")
@@ -113,7 +117,7 @@ def _tile_shape(ops: NcMatmulOps, chk: Check) -> tuple[int, int]:
         return hw.rows, hw.columns
     if len(ops.tile_position) != 2 or len(ops.tile_size) != 2:
         chk.fail(OperandError, "tile_position", "and tile_size must both be 2-tuples to enable PE tiling")
-    legal = {128, 64} | ({32} if chk.hw.nc_version >= 3 else set())
+    legal = set(chk.hw.capabilities.pe_tile_sizes)
     for name, size in zip(("row", "column"), ops.tile_size):
         if size not in legal:
             chk.fail(OperandError, "tile_size", f"{name} size {size} must be one of {sorted(legal)}")
@@ -140,7 +144,7 @@ def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
     """
     k, m, n = _contraction_layout(ops)
     factor = 1
-    if _is_fp32_class(ops.stationary) and not (ops.is_transpose and hw.nc_version >= 3):
+    if _is_fp32_class(ops.stationary) and not (ops.is_transpose and hw.capabilities.transpose_passes_dtype):
         onezero = ops.is_stationary_onezero or ops.is_moving_onezero
         factor = hw.tensor.fp32_cycle_factor // (2 if onezero else 1)
     cycles = max(min(hw.tensor.matmul_min_ii_cycles, m), n) * factor
@@ -174,7 +178,7 @@ def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:
     NeuronCore-v3 and newer, ``is_transpose`` copies ``stationary.T`` bit-exactly.
     """
     k, m, n = _contraction_layout(ops)
-    if ops.is_transpose and state.nc_version >= 3:
+    if ops.is_transpose and state.capabilities.transpose_passes_dtype:
         ops.dst.array[...] = ops.stationary.array.reshape(k, m).T.reshape(ops.dst.shape)
         return
     stationary = f32(ops.stationary).reshape(k, m)

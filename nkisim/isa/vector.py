@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkisim.errors import DtypeError, OperandError, ShapeError, TargetError
+from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa.common import (
     apply_alu,
@@ -37,6 +37,7 @@ from nkisim.isa.spec import (
     ScalarOrIn,
     engine_cost,
     instruction,
+    require,
 )
 from nkisim.memory import Buffer, Tensor, is_integer, to_dtype
 
@@ -243,9 +244,10 @@ class TensorCopyOps(Operands):
 
 def _tensor_copy_validate(ops: TensorCopyOps, chk: Check) -> None:
     check_same_layout(chk, "src", ops.src, "dst", ops.dst)
-    if chk.engine is Engine.scalar and chk.hw.nc_version < 3:
-        chk.fail(
-            TargetError,
+    if chk.engine is Engine.scalar:
+        require(
+            chk,
+            "scalar_tensor_copy",
             "engine",
             "tensor_copy on the Scalar Engine needs NeuronCore-v3 or newer; use nisa.activation(op=nl.copy)",
         )

@@ -461,7 +461,7 @@ def _exponential_cost(ops: ExponentialOps, hw: HwConfig, engine: Engine) -> Cost
     engines=(Engine.vector,),
     cost=_exponential_cost,
     validate=_exponential_validate,
-    min_nc_version=4,
+    requires=("vector_exponential",),
     dtypes="src floats (no tf32) or integers; dst floats or integers (no uint32); max_value fp32",
 )
 def exponential(ops: ExponentialOps, state: EngineState) -> None:

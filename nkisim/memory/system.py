@@ -11,7 +11,7 @@ import numpy as np
 from nkisim.errors import CapacityError, OperandError, SourceLoc
 from nkisim.hw import HwConfig
 from nkisim.memory.liveness import TilePlan
-from nkisim.memory.space import Buffer, OnChipMemory, Storage
+from nkisim.memory.space import Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
 
 
@@ -75,7 +75,7 @@ class MemorySystem:
         if buffer.is_on_chip:
             tensor = self._on_chip_tensor(shape, dtype, buffer, name, loc, address)
         else:
-            storage = self._hbm_storage(shape, dtype.itemsize)
+            storage = self._hbm_storage(shape, dtype, name, loc)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
         if self.poison:
             _poison(tensor)
@@ -83,7 +83,7 @@ class MemorySystem:
 
     def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
         """Copy a kernel input into fresh HBM."""
-        storage = self._hbm_storage(values.shape, dtype.itemsize)
+        storage = self._hbm_storage(values.shape, dtype, name)
         tensor = Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, Buffer.shared_hbm, name, storage, None)
         tensor.array[...] = values
         return tensor
@@ -121,11 +121,19 @@ class MemorySystem:
             self._allocations[tensor.uid] = (memory, alloc.serial)
         return tensor
 
-    def _hbm_storage(self, shape: tuple[int, ...], itemsize: int) -> Storage:
-        rows = shape[0] if len(shape) >= 2 else 1
-        row_bytes = math.prod(shape[1:] if len(shape) >= 2 else shape) * itemsize
-        storage = Storage("hbm", max(rows, 1), max(row_bytes, 1), self._hbm_next_address)
-        nbytes = storage.rows * storage.row_bytes
+    def _hbm_storage(self, shape: tuple[int, ...], dtype: np.dtype, name: str, loc: SourceLoc | None = None) -> Storage:
+        """Bytes for an HBM tensor, refused (before any is allocated) beyond the target's HBM capacity."""
+        rows = max(shape[0] if len(shape) >= 2 else 1, 1)
+        row_bytes = max(math.prod(shape[1:] if len(shape) >= 2 else shape) * dtype.itemsize, 1)
+        nbytes = rows * row_bytes
+        capacity = self.hw.hbm.capacity_bytes
+        if self.hbm_bytes + nbytes > capacity:
+            raise CapacityError(
+                f"HBM is full: cannot allocate {nbytes} bytes for {name} {describe(shape, dtype)}; "
+                f"{capacity - self.hbm_bytes} of the {capacity} bytes of {self.hw.name}'s HBM per NeuronCore are free",
+                loc=loc,
+            )
+        storage = Storage("hbm", rows, row_bytes, self._hbm_next_address)
         self._hbm_next_address += -(-nbytes // 4096) * 4096
         self.hbm_bytes += nbytes
         return storage

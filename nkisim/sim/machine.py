@@ -31,7 +31,7 @@ from nkisim.errors import ExecutionError, KernelError, OperandError, SourceLoc, 
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
 from nkisim.isa.common import check_common
-from nkisim.isa.spec import Peer
+from nkisim.isa.spec import Peer, missing_capability, needs
 from nkisim.memory import MemorySystem, Region, Tensor
 from nkisim.sim.scheduler import Scheduler, Timeline
 
@@ -82,7 +82,7 @@ class Machine:
         self.hw = hw
         self.compute = compute
         self.memory = memory if memory is not None else MemorySystem(hw, poison=compute)
-        self.state = EngineState(hw.sbuf.partitions, hw.nc_version)
+        self.state = EngineState(hw.sbuf.partitions, hw.capabilities)
         self.scheduler = Scheduler(hw)
         self.peer = peer
         self.registry = registry
@@ -149,8 +149,8 @@ class Machine:
         return requested
 
     def _validate(self, spec: InstructionSpec, ops: Any, chk: Check) -> None:
-        if self.hw.nc_version < spec.min_nc_version:
-            chk.fail(TargetError, "", f"needs NeuronCore-v{spec.min_nc_version} or newer")
+        if (missing := missing_capability(spec, self.hw)) is not None:
+            chk.fail(TargetError, "", needs(missing))
         check_common(ops, chk)
         if spec.validate is not None:
             spec.validate(ops, chk)

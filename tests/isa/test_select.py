@@ -325,7 +325,10 @@ def test_range_select_needs_neuroncore_v3():
     def kernel():
         nisa.range_select(tile((4, 4)), tile((4, 4)), nl.less, nl.less, tile((4, 1)), tile((4, 1)))
 
-    with pytest.raises(TargetError, match=r"nisa\.range_select \[Vector, trn1\]: needs NeuronCore-v3 or newer"):
+    with pytest.raises(
+        TargetError,
+        match=r"nisa\.range_select \[Vector, trn1\]: needs vector_range_select, which trn2 \(NeuronCore-v3\) and trn3",
+    ):
         profile_of(kernel, "trn1")
 
 

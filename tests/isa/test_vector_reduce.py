@@ -532,7 +532,10 @@ def test_exponential_needs_neuroncore_v4(target):
     def kernel():
         nisa.exponential(dst=tile((4, 4)), src=tile((4, 4)))
 
-    with pytest.raises(TargetError, match=rf"nisa\.exponential \[Vector, {target}\]: needs NeuronCore-v4"):
+    with pytest.raises(
+        TargetError,
+        match=rf"nisa\.exponential \[Vector, {target}\]: needs vector_exponential, which trn3 \(NeuronCore-v4\) has$",
+    ):
         profile_of(kernel, target)
 
 
