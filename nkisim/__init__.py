@@ -7,7 +7,10 @@ Run an NKI kernel on a CPU and get its exact outputs and a profile::
     result.outputs, result.profile.total_ns
 """
 
-from nkisim.alias import install_nki_alias, uninstall_nki_alias
+import importlib
+from typing import Any
+
+from nkisim.compat.alias import install_nki_alias, uninstall_nki_alias
 from nkisim.errors import (
     BoundsError,
     CapacityError,
@@ -34,6 +37,9 @@ from nkisim.report import InstructionRecord, Profile
 
 __version__ = "0.1.0"
 
+#: Subpackages loaded on first attribute access (``nkisim.torch.custom_op``).
+_LAZY_SUBMODULES = ("torch", "jax", "gpsimd", "tpc")
+
 __all__ = [
     "ArraySpec",
     "BoundsError",
@@ -58,3 +64,14 @@ __all__ = [
     "run",
     "uninstall_nki_alias",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load :mod:`nkisim.torch`, :mod:`nkisim.jax`, :mod:`nkisim.gpsimd` and :mod:`nkisim.tpc` when first used."""
+    if name not in _LAZY_SUBMODULES:
+        raise AttributeError(f"module 'nkisim' has no attribute {name!r}")
+    return importlib.import_module(f"nkisim.{name}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY_SUBMODULES])

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import nkisim
-from nkisim.alias import is_installed
+from nkisim.compat.alias import is_installed
 from nkisim.frontend.context import progress_hook
 from nkisim.frontend.simulate import run_capturing, written_inputs
 from nkisim.hw import generation_names
@@ -108,18 +108,26 @@ def read_inputs(files: list[str], shapes: list[str], seed: int) -> list[np.ndarr
         values = [loaded[k] for k in loaded.files] if isinstance(loaded, np.lib.npyio.NpzFile) else [loaded]
         arrays += [v.astype(_dtype(dtype)) if dtype else v for v in values]
     rng = np.random.default_rng(seed)
+    for spec in read_specs(shapes):
+        shape, dt = spec.shape, np.dtype(spec.dtype)
+        if dt.kind in "iub":
+            arrays.append(rng.integers(0 if dt.kind in "ub" else -8, 9, size=shape).astype(dt))
+        else:
+            arrays.append(rng.standard_normal(shape).astype(dt))
+    return arrays
+
+
+def read_specs(shapes: list[str]) -> list[nkisim.ArraySpec]:
+    """``128x512:bfloat16`` items as (shape, dtype) inputs; a timing-only profile runs on these alone."""
+    specs = []
     for item in shapes:
         dims, _, dtype = item.partition(":")
         try:
             shape = tuple(int(d) for d in dims.lower().split("x"))
         except ValueError:
             raise UsageError(f"shape {item!r} is not like 128x512:float32") from None
-        dt = _dtype(dtype or "float32")
-        if dt.kind in "iub":
-            arrays.append(rng.integers(0 if dt.kind in "ub" else -8, 9, size=shape).astype(dt))
-        else:
-            arrays.append(rng.standard_normal(shape).astype(dt))
-    return arrays
+        specs.append(nkisim.ArraySpec(shape, _dtype(dtype or "float32")))
+    return specs
 
 
 def _keyword_args(items: list[str]) -> dict[str, Any]:
@@ -212,19 +220,6 @@ def _add_run_command(commands: Any) -> None:
     run_cmd.add_argument("--save", default=None, help="save outputs (and inputs the kernel wrote) to this .npz")
 
 
-def read_specs(shapes: list[str]) -> list[nkisim.ArraySpec]:
-    """``128x512:bfloat16`` items as (shape, dtype) inputs, for a timing-only profile."""
-    specs = []
-    for item in shapes:
-        dims, _, dtype = item.partition(":")
-        try:
-            shape = tuple(int(d) for d in dims.lower().split("x"))
-        except ValueError:
-            raise UsageError(f"shape {item!r} is not like 128x512:float32") from None
-        specs.append(nkisim.ArraySpec(shape, _dtype(dtype or "float32")))
-    return specs
-
-
 class _Progress:
     """A one-line progress report on stderr for long simulations (instructions so far and their rate)."""
 
@@ -237,8 +232,12 @@ class _Progress:
         if elapsed < 1.0:
             return
         self.shown = True
-        print(f"\r  simulating: {count:,} instructions, {elapsed:.1f} s ({count / elapsed:,.0f}/s)",
-              end="", file=sys.stderr, flush=True)
+        print(
+            f"\r  simulating: {count:,} instructions, {elapsed:.1f} s ({count / elapsed:,.0f}/s)",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def done(self) -> None:
         if self.shown:

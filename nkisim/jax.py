@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
+
+try:
+    import jax
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without jax
+    raise ImportError("nkisim.jax needs JAX, which is not installed: pip install 'nkisim[jax]'") from exc
 
 from nkisim.frontend.jit import ArraySpec, Kernel, output_specs, run
 
-__all__ = ["call"]
+__all__ = ["call", "from_numpy", "to_numpy", "write_back"]
 
 
 def call(kernel: Kernel, *arrays: Any, target: str | None = None) -> Any:
@@ -40,3 +44,19 @@ def _shape_structs(outputs: Any) -> Any:
     if isinstance(outputs, tuple):
         return tuple(_shape_structs(o) for o in outputs)
     raise TypeError(f"a kernel called from JAX must return arrays, not {outputs!r}")
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """A JAX array's values on the host."""
+    return np.asarray(array)
+
+
+def from_numpy(array: np.ndarray) -> Any:
+    """A JAX array with the array's values."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(array)
+
+
+def write_back(passed: Any, values: np.ndarray) -> None:
+    """JAX arrays are immutable: a kernel's writes into an argument stay in the simulation."""

@@ -21,12 +21,16 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-import torch
+
+try:
+    import torch
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without torch
+    raise ImportError("nkisim.torch needs PyTorch, which is not installed: pip install 'nkisim[torch]'") from exc
 
 from nkisim.errors import KernelError, OperandError, SourceLoc
 from nkisim.frontend.jit import ArraySpec, Kernel, output_specs, run
 
-__all__ = ["OperatorError", "SimulatedOp", "call", "custom_op", "from_numpy", "to_numpy"]
+__all__ = ["OperatorError", "SimulatedOp", "call", "custom_op", "from_numpy", "to_numpy", "write_back"]
 
 
 class OperatorError(KernelError):
@@ -80,6 +84,12 @@ def from_numpy(array: np.ndarray) -> torch.Tensor:
     if bits is None:
         return torch.from_numpy(array)
     return torch.from_numpy(array.view(_bits_numpy(bits))).view(torch_dtype)
+
+
+def write_back(passed: torch.Tensor, values: np.ndarray) -> None:
+    """Copy a kernel's writes into the tensor the caller passed (``nki.simulate``'s in-place update)."""
+    with torch.no_grad():
+        passed.copy_(from_numpy(np.ascontiguousarray(values)))
 
 
 def _bits_numpy(dtype: torch.dtype) -> np.dtype:

@@ -21,7 +21,7 @@ import nkisim.nki
 import nkisim.nki.isa
 import nkisim.nki.language
 from nkisim.__main__ import main
-from nkisim.alias import NkiAliasError, is_installed
+from nkisim.compat.alias import NkiAliasError, is_installed
 
 pytest_plugins = ("pytester",)
 
@@ -247,7 +247,7 @@ def test_double():
 
 def test_pytest_plugin_installs_the_alias_for_the_session(pytester):
     pytester.makepyfile(test_uses_nki=textwrap.dedent(TEST_FILE))
-    result = pytester.runpytest("-p", "nkisim.pytest_plugin", "--nki-alias", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "nkisim.compat.pytest_plugin", "--nki-alias", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*'import nki' is aliased to nkisim.nki*"])
     assert not is_installed()  # removed when the session ended
@@ -255,13 +255,13 @@ def test_pytest_plugin_installs_the_alias_for_the_session(pytester):
 
 def test_pytest_plugin_is_opt_in(pytester):
     pytester.makepyfile(test_uses_nki=textwrap.dedent(TEST_FILE))
-    result = pytester.runpytest("-p", "nkisim.pytest_plugin", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "nkisim.compat.pytest_plugin", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*No module named 'nki'*"])
 
 
 def test_pytest_plugin_refuses_with_a_real_nki(pytester, fake_real_nki):
     pytester.makepyfile(test_uses_nki=textwrap.dedent(TEST_FILE))
-    result = pytester.runpytest("-p", "nkisim.pytest_plugin", "--nki-alias", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "nkisim.compat.pytest_plugin", "--nki-alias", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--nki-alias: refusing to alias nki to nkisim*"])

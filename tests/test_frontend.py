@@ -580,8 +580,6 @@ def _tf32_kernel(how):
     return kernel
 
 
-
-
 @pytest.mark.parametrize(
     "how",
     [

@@ -1,4 +1,4 @@
-"""The nki-library compatibility plugin (``-p nkisim.nkilib_compat``), its shims, and the NKI 0.3 fixes it needed.
+"""The nki-library compatibility plugin (``-p nkisim.compat.nkilib``), its shims, and the NKI 0.3 fixes it needed.
 
 None of this needs an nki-library checkout. Expected values are written here: bf16
 round-to-nearest-even as a bit formula, fp8/fp4 encodings and the x4 packing by hand.
@@ -23,8 +23,10 @@ import nkisim
 import nkisim.nki as nki_pkg
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
-from nkisim import OperandError, nkilib_compat, nkilib_shims
-from nkisim.nkilib_shims import static_cast
+from nkisim import OperandError
+from nkisim.compat import nkilib as nkilib_compat
+from nkisim.compat import nkilib_shims
+from nkisim.compat.nkilib_shims import static_cast
 
 FAST = settings(max_examples=15, deadline=None)
 TARGETS = ("trn1", "trn2", "trn3")
@@ -172,7 +174,7 @@ def test_refuses_to_shadow_an_installed_package(tmp_path: Path, monkeypatch: pyt
     importlib.invalidate_caches()
     with pytest.raises(nkilib_compat.CompatError, match="refusing to shadow the installed neuron_dtypes"):
         nkilib_compat.activate()
-    assert not nkilib_compat.is_active() and not nkisim.alias.is_installed()
+    assert not nkilib_compat.is_active() and not nkisim.compat.alias.is_installed()
 
 
 def test_patch_orchestrator_gives_a_compiled_kernel_default(monkeypatch: pytest.MonkeyPatch):
@@ -252,15 +254,15 @@ def test_plugin_installs_before_conftest_and_cleans_up(pytester: pytest.Pytester
             """
         )
     )
-    result = pytester.runpytest_subprocess("-p", "nkisim.nkilib_compat", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "nkisim.compat.nkilib", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*nkisim.nkilib_compat*"])
+    result.stdout.fnmatch_lines(["*nkisim.compat.nkilib*"])
 
 
 def test_plugin_skips_trace_only_tests(pytester: pytest.Pytester):
     pytester.makeini("[pytest]\nmarkers =\n    trace_only: x\n")
     pytester.makepyfile("import pytest\n\n@pytest.mark.trace_only\ndef test_t():\n    raise AssertionError\n")
-    result = pytester.runpytest_subprocess("-p", "nkisim.nkilib_compat", "-p", "no:cacheprovider", "-rs")
+    result = pytester.runpytest_subprocess("-p", "nkisim.compat.nkilib", "-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*trace_only test*"])
 

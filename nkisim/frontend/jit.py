@@ -14,6 +14,7 @@ from threadpoolctl import ThreadpoolController
 
 from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
+from nkisim.frontend.frameworks import adapter, framework_of
 from nkisim.hw import HwConfig, load_target
 from nkisim.isa.spec import needs
 from nkisim.memory import Buffer, Tensor, to_dtype
@@ -72,14 +73,8 @@ class Kernel:
         if is_running():
             return self.func(*args, **kwargs)
         framework = framework_of((*args, *kwargs.values()))
-        if framework == "torch":
-            from nkisim.torch import call as torch_call
-
-            return torch_call(self, *args, **kwargs)
-        if framework == "jax":
-            from nkisim.jax import call as jax_call
-
-            return jax_call(self, *args, **kwargs)
+        if framework != "numpy":
+            return adapter(framework).call(self, *args, **kwargs)
         return run(self, _as_inputs(args, kwargs)).outputs
 
     def __repr__(self) -> str:
@@ -92,19 +87,6 @@ def _target(name: str | HwConfig | None) -> HwConfig:
         return load_target(name)
     except ValueError as exc:
         raise TargetError(str(exc)) from None
-
-
-def framework_of(values: tuple[Any, ...]) -> str:
-    """``torch`` or ``jax`` when an argument (or an item of a tuple or list argument) is one of
-    their arrays, else ``numpy``; neither framework is imported."""
-    for value in values:
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            module = type(item).__module__
-            if module.startswith("torch"):
-                return "torch"
-            if module.startswith(("jax", "jaxlib")):
-                return "jax"
-    return "numpy"
 
 
 def jit(func: Callable[..., Any] | None = None, mode: str = "auto", **kwargs: Any) -> Any:

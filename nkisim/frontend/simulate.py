@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.frontend.jit import Kernel, RunResult, _as_inputs, framework_of, run
+from nkisim.frontend.frameworks import framework_of, from_numpy, to_numpy, write_back
+from nkisim.frontend.jit import Kernel, RunResult, _as_inputs, run
 from nkisim.memory import Tensor
 
 
@@ -89,8 +90,8 @@ class Simulated:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         framework = framework_of((*args, *kwargs.values()))
-        np_args = tuple(_to_numpy(a, framework) for a in args)
-        np_kwargs = {k: _to_numpy(v, framework) for k, v in kwargs.items()}
+        np_args = tuple(to_numpy(a, framework) for a in args)
+        np_kwargs = {k: to_numpy(v, framework) for k, v in kwargs.items()}
         result, tensors = run_capturing(self.kernel, np_args, np_kwargs, self.target)
         func = self.kernel.func if isinstance(self.kernel, Kernel) else self.kernel
         try:
@@ -99,8 +100,8 @@ class Simulated:
         except TypeError:
             passed, converted = {}, {}
         for name, (_, values) in written_inputs(dict(converted), tensors).items():
-            _write_back(_lookup(passed, name), values, framework)
-        return _from_numpy(result.outputs, framework)
+            write_back(_lookup(passed, name), values, framework)
+        return from_numpy(result.outputs, framework)
 
 
 def _lookup(arguments: Any, name: str) -> Any:
@@ -123,51 +124,3 @@ def simulate(kernel: Any, *, target: Any = None) -> Simulated:
         and returns its outputs as the same kind.
     """
     return Simulated(kernel, target)
-
-
-# -- frameworks -----------------------------------------------------------------------
-
-
-
-def _to_numpy(value: Any, framework: str) -> Any:
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_numpy(v, framework) for v in value)
-    module = type(value).__module__
-    if framework == "torch" and module.startswith("torch"):
-        from nkisim.torch import to_numpy
-
-        return to_numpy(value) if hasattr(value, "dtype") else value
-    if framework == "jax" and module.startswith(("jax", "jaxlib")) and hasattr(value, "shape"):
-        return np.asarray(value)
-    return value
-
-
-def _from_numpy(outputs: Any, framework: str) -> Any:
-    if isinstance(outputs, tuple):
-        return tuple(_from_numpy(o, framework) for o in outputs)
-    if isinstance(outputs, dict):
-        return {k: _from_numpy(v, framework) for k, v in outputs.items()}
-    if not isinstance(outputs, np.ndarray) or framework == "numpy":
-        return outputs
-    if framework == "torch":
-        from nkisim.torch import from_numpy
-
-        return from_numpy(outputs)
-    import jax.numpy as jnp
-
-    return jnp.asarray(outputs)
-
-
-def _write_back(passed: Any, values: np.ndarray, framework: str) -> None:
-    """Store the kernel's writes into the caller's array or tensor, as NKI's simulator does."""
-    if isinstance(passed, np.ndarray):
-        if passed.flags.writeable:
-            passed[...] = values
-        return
-    if framework == "torch" and type(passed).__module__.startswith("torch"):
-        import torch
-
-        from nkisim.torch import from_numpy
-
-        with torch.no_grad():
-            passed.copy_(from_numpy(np.ascontiguousarray(values)))

@@ -140,7 +140,7 @@ def _dma_copy_validate(ops: DmaCopyOps, chk: Check) -> None:
     check_in(chk, "src", ops.src, *DMA_MEMORIES)
     check_in(chk, "dst", ops.dst, *DMA_MEMORIES)
     check_element_counts(chk, "src", ops.src, "dst", ops.dst)
-    if ops.dst_rmw_op is not None and ops.dst_rmw_op is not OPS["add"]:
+    if ops.dst_rmw_op is not None and ops.dst_rmw_op != OPS["add"]:
         chk.fail(OperandError, "dst_rmw_op", f"{ops.dst_rmw_op!r} is not supported; only nl.add")
     check_dge_mode(chk, ops.dge_mode)
     dynamic = ops.dge_mode in DYNAMIC_DGE_MODES or has_dynamic_offset(ops.src) or has_dynamic_offset(ops.dst)
@@ -319,7 +319,7 @@ def _dma_compute_validate(ops: DmaComputeOps, chk: Check) -> None:
         chk.fail(OperandError, "scales", f"has {len(ops.scales)} values for {len(ops.srcs)} srcs")
     if any(s != 1.0 for s in ops.scale_values):
         chk.fail(OperandError, "scales", f"{list(ops.scale_values)} must all be 1.0")
-    if ops.reduce_op is not OPS["add"]:
+    if ops.reduce_op != OPS["add"]:
         chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; only nl.add")
     check_in(chk, "dst", ops.dst, *DMA_MEMORIES)
     for i, src in enumerate(ops.srcs):

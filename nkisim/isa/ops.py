@@ -17,8 +17,6 @@ from typing import Any
 import numba
 import numpy as np
 
-from nkisim.errors import OperandError
-
 F32 = np.float32
 
 
@@ -29,7 +27,10 @@ class OpKind(Enum):
 
 @dataclass(frozen=True, eq=False)
 class Op:
-    """One ``nl.*`` operator constant (``nl.add``, ``nl.exp``, ...).
+    """One ``nl.*`` operator constant (``nl.add``, ``nl.exp``, ...), equal to any other of its name.
+
+    The ``nki.language`` constants are callable subclasses (``nl.add(a, b)``), made by the
+    front end; instructions take either.
 
     Attributes:
         name: the ``nki.language`` name.
@@ -62,18 +63,11 @@ class Op:
     def __repr__(self) -> str:
         return f"nl.{self.name}"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        helper = VALUE_HELPERS.get(self.name)
-        if helper is None:
-            raise OperandError(
-                f"nl.{self.name}(...) as a value-returning function is not supported; "
-                f"pass nl.{self.name} as the op= of an nki.isa instruction"
-            )
-        return helper(*args, **kwargs)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Op) and other.name == self.name
 
-
-#: NKI 0.3+ value-returning ``nl.<name>(...)`` helpers, registered by the front end by operator name.
-VALUE_HELPERS: dict[str, Callable[..., Any]] = {}
+    def __hash__(self) -> int:
+        return hash(self.name)
 
 
 def _as_bool(x: np.ndarray) -> np.ndarray:

@@ -48,7 +48,7 @@ class ActivationOps(Operands):
 
 def _activation_validate(ops: ActivationOps, chk: Check) -> None:
     _check_activation_operands(ops, chk)
-    if ops.reduce_op is not None and ops.reduce_op is not OPS["add"]:
+    if ops.reduce_op is not None and ops.reduce_op != OPS["add"]:
         chk.fail(OperandError, "reduce_op", f"{ops.reduce_op!r} is not supported; only nl.add")
     if ops.reduce_res is not None:
         check_vector_operand(chk, "reduce_res", ops.reduce_res, ops.data.partitions)

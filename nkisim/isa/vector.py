@@ -125,7 +125,7 @@ def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> C
 
 
 def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
-    return Engine.gpsimd if ops.op is OPS["power"] else Engine.vector
+    return Engine.gpsimd if ops.op == OPS["power"] else Engine.vector
 
 
 @instruction(

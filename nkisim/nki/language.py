@@ -13,9 +13,8 @@ import numpy as np
 
 from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
 from nkisim.frontend.context import current_context, is_running
-from nkisim.frontend.helpers import HELPERS
+from nkisim.frontend.helpers import CALLABLE_OPS, HELPERS
 from nkisim.hw import load_target
-from nkisim.isa.ops import OPS
 from nkisim.isa.registers import VirtualRegister
 from nkisim.memory import Buffer, DynSlice, Tensor, cast, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
@@ -377,7 +376,7 @@ def device_print(print_prefix: str, tensor: Tensor) -> None:
 
 
 # -- operator constants (nl.add, nl.exp, ...) -----------------------------------------
-globals().update(OPS)
+globals().update(CALLABLE_OPS)
 
 # -- NKI 0.3+ value-returning helpers (nl.load, nl.sum, nl.matmul, ...) -----------------
 # These shadow the builtins sum, max, min and all in this module, as in NKI's own.

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nkisim.report.tracks import track_key
+
 if TYPE_CHECKING:
     from nkisim.report.profile import Profile
 
@@ -38,7 +40,7 @@ def _occupancy(intervals: list[tuple[float, float, str, str]], scale: float, pix
 def render_html(profile: Profile) -> str:
     """The page as a string."""
     records = profile.instructions
-    tracks = sorted({r.engine for r in records}, key=_track_key)
+    tracks = sorted({r.engine for r in records}, key=track_key)
     total = profile.total_ns or 1.0
     scale = (_WIDTH - _LABEL - 10) / total
     opcodes = sorted({r.opcode for r in records})
@@ -102,11 +104,3 @@ def _occupancy_bars(
 def write_html(profile: Profile, path: str | os.PathLike[str]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(render_html(profile))
-
-
-def _track_key(name: str) -> tuple[str, int, str]:
-    from nkisim.report.profile import _track_order
-
-    core, _, rest = name.partition(" ") if name.startswith("core") else ("", "", name)
-    order = _track_order(rest)
-    return core, order[0] * 1000 + order[1], rest

@@ -12,6 +12,8 @@ from functools import cached_property
 from nkisim.hw import HwConfig
 from nkisim.memory.dtypes import dtype_name
 from nkisim.report import analysis
+from nkisim.report.html import write_html
+from nkisim.report.tracks import ENGINE_ORDER, split_core, track_key
 from nkisim.sim import Timeline
 
 
@@ -44,9 +46,6 @@ class InstructionRecord:
     @property
     def duration_ns(self) -> float:
         return self.end_ns - self.start_ns
-
-
-ENGINE_ORDER = ("Sync", "Tensor", "Vector", "Scalar", "GpSimd", "DMA")
 
 
 class Profile:
@@ -102,7 +101,7 @@ class Profile:
     @cached_property
     def cores(self) -> tuple[str, ...]:
         """Track-name prefixes of the NeuronCores (``("",)``; with ``kernel[2]``, ``("core0 ", "core1 ")``)."""
-        return tuple(sorted({_split_core(track)[0] for track in self._tl.track})) or ("",)
+        return tuple(sorted({split_core(track)[0] for track in self._tl.track})) or ("",)
 
     @cached_property
     def engine_busy_ns(self) -> dict[str, float]:
@@ -114,7 +113,7 @@ class Profile:
         dma_intervals: dict[str, list[tuple[float, float]]] = {core: [] for core in self.cores}
         tl = self._tl
         for track, end, occupied in zip(tl.track, tl.end_ns, tl.busy_ns):
-            core, engine = _split_core(track)
+            core, engine = split_core(track)
             if engine.startswith("DMA"):
                 dma_intervals[core].append((end - occupied, end))
             else:
@@ -207,7 +206,7 @@ class Profile:
         """A short text report: total time, per-engine busy %, instruction counts."""
         counts: dict[str, int] = defaultdict(int)
         for track in self._tl.track:
-            core, engine = _split_core(track)
+            core, engine = split_core(track)
             counts[core + "DMA" if engine.startswith("DMA") else track] += 1
         width = 8 + len(self.cores[0])
         lines = [
@@ -226,8 +225,6 @@ class Profile:
 
     def to_html(self, path: str | os.PathLike[str]) -> None:
         """Write a self-contained HTML page with an SVG engine timeline and the report table."""
-        from nkisim.report.html import write_html
-
         write_html(self, path)
 
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
@@ -236,7 +233,7 @@ class Profile:
         Open it at ui.perfetto.dev or chrome://tracing. Times are in microseconds. A path
         ending in ``.gz`` is written gzip-compressed (both viewers open it).
         """
-        tracks = sorted(set(self._tl.track), key=lambda t: (_split_core(t)[0], _track_order(_split_core(t)[1])))
+        tracks = sorted(set(self._tl.track), key=track_key)
         tid = {name: i + 1 for i, name in enumerate(tracks)}
         events: list[dict[str, object]] = [
             {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"NeuronCore ({self.target})"}}
@@ -283,20 +280,6 @@ def _describe(value: object) -> str:
         return f"{buffer} {dtype_name(dtype)}[{', '.join(map(str, shape))}]"  # type: ignore[arg-type]
     name = getattr(value, "name", None)
     return f"{type(value).__name__}.{name}" if isinstance(name, str) and hasattr(value, "value") else repr(value)
-
-
-def _track_order(name: str) -> tuple[int, int]:
-    if name.startswith("DMA q"):
-        return len(ENGINE_ORDER), int(name[5:])
-    return (ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER)), 0
-
-
-def _split_core(track: str) -> tuple[str, str]:
-    """``core1 DMA q3`` -> (``core1 ``, ``DMA q3``); a single core's tracks have no prefix."""
-    if track.startswith("core") and " " in track:
-        core, rest = track.split(" ", 1)
-        return core + " ", rest
-    return "", track
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:

@@ -3,14 +3,14 @@
 ::
 
     cd nki-library
-    PYTHONPATH=src pytest -p nkisim.nkilib_compat test/integration --test-mode simulation -m fast
+    PYTHONPATH=src pytest -p nkisim.compat.nkilib test/integration --test-mode simulation -m fast
 
 The suite's simulation mode expects a package ``nki_cpu_simulator`` whose
 ``nki`` tree it installs as ``nki``, and calls
 ``nki.cpu_simulate(kernel)[lnc](**inputs)`` with ``NKI_NC_VERSION`` naming the
 NeuronCore generation. Its helpers import ``neuron_dtypes`` and
 ``neuronxcc.nki.typing``. This plugin, active only when loaded with
-``-p nkisim.nkilib_compat``, provides all of them from nkisim:
+``-p nkisim.compat.nkilib``, provides all of them from nkisim:
 
 * ``nki`` (through :func:`nkisim.install_nki_alias`) and
   ``nki_cpu_simulator.nki.*`` are the *same* module objects (nkisim's ``nki``,
@@ -18,7 +18,7 @@ NeuronCore generation. Its helpers import ``neuron_dtypes`` and
   enum reached by either name is one object;
 * ``nki.cpu_simulate``: :func:`cpu_simulate`;
 * ``neuron_dtypes``, ``neuronxcc.nki.typing`` and
-  ``neuronxcc.starfish.support.dtype``: :mod:`nkisim.nkilib_shims`;
+  ``neuronxcc.starfish.support.dtype``: :mod:`nkisim.compat.nkilib_shims`;
 * ``test.utils.perf_analysis_private`` and ``test.utils.scripts.remote_lock_scripts``,
   harness modules the public suite imports but does not ship (hardware-only; they
   are served only when the suite has no such file);
@@ -47,7 +47,7 @@ from typing import Any
 
 import pytest
 
-from nkisim import alias, nkilib_shims
+from nkisim.compat import alias, nkilib_shims
 from nkisim.frontend.simulate import Simulated, simulate
 from nkisim.memory.dtypes import NKI_DTYPES
 
@@ -154,7 +154,7 @@ def _make(name: str) -> types.ModuleType:
         "nki_cpu_simulator.nki.compiler": lambda: _module(name, "nki.compiler: nothing is compiled under nkisim."),
         "nki_cpu_simulator.nki.tensor": lambda: _module(name, "nki.tensor (nkisim's Tensor).", Tensor=Tensor),
         "nki_cpu_simulator.nki.builtin": lambda: _module(name, "NKI builtins (none are needed under nkisim)."),
-        "neuron_dtypes": lambda: _module(name, "neuron_dtypes, implemented by nkisim.nkilib_shims.", **shims),
+        "neuron_dtypes": lambda: _module(name, "neuron_dtypes, implemented by nkisim.compat.nkilib_shims.", **shims),
         "neuronxcc": lambda: _module(name, "Stand-in package for the suite's neuronxcc imports (nkisim)."),
         "neuronxcc.nki": lambda: _module(name, "Stand-in for neuronxcc.nki (nkisim)."),
         "neuronxcc.starfish": lambda: _module(name, "Stand-in (nkisim)."),
@@ -222,7 +222,7 @@ def refuse_if_installed() -> None:
             where = spec.origin or ", ".join(spec.submodule_search_locations or []) or "?"
             raise CompatError(
                 f"refusing to shadow the installed {root} ({where}) with nkisim's stand-in; "
-                "run the suite where it is not importable, or without -p nkisim.nkilib_compat"
+                "run the suite where it is not importable, or without -p nkisim.compat.nkilib"
             )
 
 
@@ -304,7 +304,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     try:
         activate()
     except CompatError as exc:
-        raise pytest.UsageError(f"nkisim.nkilib_compat: {exc}") from None
+        raise pytest.UsageError(f"nkisim.compat.nkilib: {exc}") from None
     early_config.add_cleanup(deactivate)
 
 
@@ -375,7 +375,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    return "nkisim.nkilib_compat: nki_cpu_simulator, neuron_dtypes and nki are nkisim" if is_active() else None
+    return "nkisim.compat.nkilib: nki_cpu_simulator, neuron_dtypes and nki are nkisim" if is_active() else None
 
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Stand-ins for the helper packages AWS's NKI kernel library test suite imports.
 
-:mod:`nkisim.nkilib_compat` serves these as modules while it is active:
+:mod:`nkisim.compat.nkilib` serves these as modules while it is active:
 
 * ``neuron_dtypes``: numpy casts between NKI data types (``static_cast``),
   including the packed MX ``*_x4`` types, plus ``sizeinbytes``, ``finfo`` and
@@ -24,17 +24,19 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from nkisim.memory.dtypes import NKI_DTYPES, dtype_name, is_float, to_dtype
+from nkisim.memory.dtypes import dtype_name, is_float, to_dtype
+from nkisim.nki.language import (  # noqa: F401 - served as neuron_dtypes names (NEURON_DTYPES_API)
+    bfloat16,
+    float4_e2m1fn_x4,
+    float8_e4m3,
+    float8_e4m3fn,
+    float8_e4m3fn_x4,
+    float8_e5m2,
+    float8_e5m2_x4,
+)
 
 # -- neuron_dtypes ----------------------------------------------------------------------
 
-bfloat16 = NKI_DTYPES["bfloat16"]
-float8_e4m3 = NKI_DTYPES["float8_e4m3"]
-float8_e5m2 = NKI_DTYPES["float8_e5m2"]
-float8_e4m3fn = NKI_DTYPES["float8_e4m3fn"]
-float8_e5m2_x4 = NKI_DTYPES["float8_e5m2_x4"]
-float8_e4m3fn_x4 = NKI_DTYPES["float8_e4m3fn_x4"]
-float4_e2m1fn_x4 = NKI_DTYPES["float4_e2m1fn_x4"]
 float4_e2m1fn = np.dtype(ml_dtypes.float4_e2m1fn)
 
 #: Packed type name -> (element type, bits per element).

@@ -2,8 +2,8 @@
 
 ::
 
-    pytest -p nkisim.pytest_plugin --nki-alias tests/
-    pytest -p nkisim.pytest_plugin --nki-alias --nki-target trn2 tests/
+    pytest -p nkisim.compat.pytest_plugin --nki-alias tests/
+    pytest -p nkisim.compat.pytest_plugin --nki-alias --nki-target trn2 tests/
 
 ``--nki-alias`` (or the ini option ``nki_alias = true``) installs
 :func:`nkisim.install_nki_alias` before test modules are collected and removes it
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nkisim.alias import NkiAliasError, install_nki_alias, is_installed, uninstall_nki_alias
+from nkisim.compat.alias import NkiAliasError, install_nki_alias, is_installed, uninstall_nki_alias
 from nkisim.hw.model import TARGET_ENV_VAR
 
 
