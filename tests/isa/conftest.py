@@ -41,6 +41,7 @@ FP8S = (FP8_E4M3, FP8_E5M2)
 INTS = (INT32, INT16, INT8, UINT8)
 BITVEC_INTS = (INT32, INT16, INT8, UINT8, UINT16, UINT32)
 ALL_DTYPES = FLOATS + FP8S + INTS
+NUMERIC = (*FLOATS, *FP8S, INT32, INT8)
 
 TARGETS = ("trn1", "trn2", "trn3")
 
@@ -243,3 +244,30 @@ def assert_constraint_error(name, engine, target, call, error, message):
     where = rf"\[{engine}, {target}\]" if engine else rf"\[{target}\]"
     with pytest.raises(error, match=rf"nisa\.{name} {where}: {message}"):
         nkisim.run(kernel, [], target=target)
+
+
+# -- shared by the data-movement tests ---------------------------------------------------
+
+BIT_DTYPES = (*ALL_DTYPES, UINT16, UINT32)
+REL = 1e-9
+P = 128
+
+
+def sbuf(shape, dtype=nl.float32):
+    return nl.ndarray(tuple(shape), dtype=dtype, buffer=nl.sbuf)
+
+
+def psum(shape, dtype=nl.float32):
+    return nl.ndarray(tuple(shape), dtype=dtype, buffer=nl.psum)
+
+
+def hbm(shape, dtype=nl.float32):
+    return nl.ndarray(tuple(shape), dtype=dtype, buffer=nl.shared_hbm)
+
+
+def only_instruction(kernel, inputs=(), target="trn1", opcode=None):
+    """The profile record of the one instruction named ``opcode`` (or of the only instruction)."""
+    profile = nkisim.run(kernel, list(inputs), target=target).profile
+    recs = [r for r in profile.instructions if opcode is None or r.opcode == opcode]
+    assert len(recs) == 1
+    return recs[0]
