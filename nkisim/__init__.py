@@ -34,6 +34,7 @@ from nkisim.frontend import (
     run,
 )
 from nkisim.report import InstructionRecord, Profile
+from nkisim.sweeps import SweepRecord, SweepTable, sweep
 
 __version__ = "0.1.0"
 
@@ -55,6 +56,8 @@ __all__ = [
     "RunResult",
     "ShapeError",
     "SourceLoc",
+    "SweepRecord",
+    "SweepTable",
     "TargetError",
     "collect_profiles",
     "install_nki_alias",
@@ -62,6 +65,7 @@ __all__ = [
     "output_specs",
     "profile",
     "run",
+    "sweep",
     "uninstall_nki_alias",
 ]
 

@@ -25,6 +25,7 @@ from nkisim.frontend.context import progress_hook
 from nkisim.frontend.simulate import run_capturing, written_inputs
 from nkisim.hw import generation_names
 from nkisim.memory import dtype_name, to_dtype
+from nkisim.sweeps.cli import add_sweep_command, sweep_command
 
 
 def demo(target: str | None, trace: str | None) -> int:
@@ -291,9 +292,24 @@ def _add_profile_command(commands: Any) -> None:
     cmd.add_argument("--trace", default=None, help="write a Perfetto trace here")
 
 
+def sweep_file(args: argparse.Namespace) -> int:
+    """``python -m nkisim sweep``: a kernel over parameter values and generations (see docs/sweeps.md)."""
+
+    def inputs(a: argparse.Namespace) -> list[Any]:
+        return read_inputs(a.inputs, [], a.seed) + read_specs(a.shapes)
+
+    try:
+        return sweep_command(args, load_kernel, inputs)
+    except ValueError as exc:  # a malformed --param or --workers
+        raise UsageError(str(exc)) from None
+
+
+_COMMANDS = {"run": run_file, "profile": profile_file, "sweep": sweep_file}
+
+
 def _run_command(args: argparse.Namespace) -> int:
     try:
-        return profile_file(args) if args.command == "profile" else run_file(args)
+        return _COMMANDS[args.command](args)
     except (UsageError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -311,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("isa-doc", help="print the instruction table of docs/isa.md")
     _add_run_command(commands)
     _add_profile_command(commands)
+    add_sweep_command(commands, generation_names())
     args = parser.parse_args(argv)
-    if args.command in ("run", "profile"):
+    if args.command in _COMMANDS:
         return _run_command(args)
     if args.command == "isa-doc":
         from nkisim.isa.catalog import isa_markdown

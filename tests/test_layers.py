@@ -17,7 +17,7 @@ ROOT = Path(nkisim.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     ("nkisim", "nkisim.__main__"),
     ("nkisim.compat",),
-    ("nkisim.torch", "nkisim.jax", "nkisim.gpsimd", "nkisim.tpc", "nkisim.examples"),
+    ("nkisim.torch", "nkisim.jax", "nkisim.gpsimd", "nkisim.tpc", "nkisim.sweeps", "nkisim.examples"),
     ("nkisim.nki",),
     ("nkisim.frontend",),
     ("nkisim.report",),

@@ -16,6 +16,7 @@ from nkisim.hw import Engine, HwConfig, load_target
 from nkisim.isa import OPS, REGISTRY
 from nkisim.isa.spec import Cost, EngineState, InstructionSpec, Operands, Out, instruction
 from nkisim.memory import Buffer, Region, Tensor
+from nkisim.report import Profile
 from nkisim.sim import Instruction, Machine
 
 LOC = SourceLoc("kernel.py", 7, "k")
@@ -103,6 +104,10 @@ def test_units_of_a_replicated_engine_run_side_by_side() -> None:
     assert tl.track == ["GpSimd 0", "GpSimd 1", "GpSimd 0"]
     assert tl.start_ns == [0.0, 0.0, 100.0]
     assert tl.end_ns == [100.0, 100.0, 200.0]
+    profile = Profile(tl, hw)
+    assert profile.engine_busy_ns["GpSimd 0"] == 200.0 and profile.engine_busy_ns["GpSimd 1"] == 100.0
+    assert profile.total_ns == 200.0
+    assert "GpSimd 1" in profile.summary()
 
 
 def test_declared_extra_accesses_order_dependent_instructions() -> None:

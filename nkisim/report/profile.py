@@ -117,7 +117,7 @@ class Profile:
             if engine.startswith("DMA"):
                 dma_intervals[core].append((end - occupied, end))
             else:
-                busy[track] += occupied
+                busy[track] = busy.get(track, 0.0) + occupied  # a unit track (GpSimd 3, TPC 7) adds its own key
         for core in self.cores:
             busy[core + "DMA"] = _union_length(dma_intervals[core])
         return busy
