@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from nkisim.hw.engines import Engine
+from nkisim.hw.gpsimd import GpsimdConfig
 
 #: The generation used when neither the kernel nor the environment names one.
 DEFAULT_TARGET = "trn1"
@@ -267,6 +268,8 @@ class HwConfig(_Frozen):
     vector: EngineConfig
     scalar: EngineConfig
     gpsimd: EngineConfig
+    #: The GPSIMD processors as custom C++ operators see them (:mod:`nkisim.gpsimd`).
+    gpsimd_cores: GpsimdConfig
     sync_engine: EngineConfig
     ports: tuple[PortConfig, ...] = ()
     sequencer: SequencerConfig
