@@ -13,6 +13,7 @@ from typing import Any
 from nkisim.compat.alias import install_nki_alias, uninstall_nki_alias
 from nkisim.errors import (
     BoundsError,
+    BudgetError,
     CapacityError,
     DtypeError,
     KernelError,
@@ -44,6 +45,7 @@ _LAZY_SUBMODULES = ("torch", "jax", "gpsimd", "tpc")
 __all__ = [
     "ArraySpec",
     "BoundsError",
+    "BudgetError",
     "CapacityError",
     "DtypeError",
     "ExecutionError",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import inspect
+import math
 import os
 import runpy
 import sys
@@ -23,9 +25,13 @@ import nkisim
 from nkisim.compat.alias import is_installed
 from nkisim.frontend.context import progress_hook
 from nkisim.frontend.simulate import run_capturing, written_inputs
-from nkisim.hw import generation_names
+from nkisim.hw import generation_names, load_target
 from nkisim.memory import dtype_name, to_dtype
+from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS
 from nkisim.sweeps.cli import add_sweep_command, sweep_command
+
+#: ``python -m nkisim demo <model>``: the other machine models' demos, by module.
+_MODEL_DEMOS = {"gpsimd": "nkisim.gpsimd.demo"}
 
 
 def demo(target: str | None, trace: str | None) -> int:
@@ -78,6 +84,13 @@ def load_kernel(spec: str) -> Any:
     sys.path.insert(0, folder)
     try:
         namespace = runpy.run_path(path, run_name="__nkisim_kernel__")
+    except SyntaxError as exc:
+        where = f"{os.path.basename(exc.filename or path)}:{exc.lineno}"
+        raise UsageError(f"{where}: syntax error in the kernel file: {exc.msg}") from None
+    except (ImportError, KeyboardInterrupt, nkisim.KernelError):
+        raise
+    except Exception as exc:
+        raise UsageError(f"{_where(exc)}loading {path} failed: {type(exc).__name__}: {exc}") from None
     finally:
         if folder in sys.path:
             sys.path.remove(folder)
@@ -98,18 +111,24 @@ def _dtype(name: str) -> np.dtype:
         raise UsageError(str(exc)) from None
 
 
-def read_inputs(files: list[str], shapes: list[str], seed: int) -> list[np.ndarray]:
-    """Arrays from ``.npy``/``.npz`` files (``file.npy:bfloat16`` casts), then random ones for ``128x512:float32``."""
+def read_inputs(files: list[str], shapes: list[str], seed: int, capacity: int | None = None) -> list[np.ndarray]:
+    """Arrays from ``.npy``/``.npz`` files (``file.npy:bfloat16`` casts), then random ones for ``128x512:float32``.
+
+    ``capacity`` bounds the bytes of each random input (the target's HBM).
+    """
     arrays: list[np.ndarray] = []
     for item in files:
         path, dtype = (item, "") if os.path.isfile(item) else item.rsplit(":", 1) if ":" in item else (item, "")
         if not os.path.isfile(path):
             raise UsageError(f"no input file {path!r}")
-        loaded = np.load(path)
-        values = [loaded[k] for k in loaded.files] if isinstance(loaded, np.lib.npyio.NpzFile) else [loaded]
+        try:
+            loaded = np.load(path)
+            values = [loaded[k] for k in loaded.files] if isinstance(loaded, np.lib.npyio.NpzFile) else [loaded]
+        except (OSError, ValueError, EOFError) as exc:
+            raise UsageError(f"cannot read input file {path!r} as .npy or .npz: {exc}") from None
         arrays += [v.astype(_dtype(dtype)) if dtype else v for v in values]
     rng = np.random.default_rng(seed)
-    for spec in read_specs(shapes):
+    for spec in read_specs(shapes, capacity):
         shape, dt = spec.shape, np.dtype(spec.dtype)
         if dt.kind in "iub":
             arrays.append(rng.integers(0 if dt.kind in "ub" else -8, 9, size=shape).astype(dt))
@@ -118,17 +137,47 @@ def read_inputs(files: list[str], shapes: list[str], seed: int) -> list[np.ndarr
     return arrays
 
 
-def read_specs(shapes: list[str]) -> list[nkisim.ArraySpec]:
-    """``128x512:bfloat16`` items as (shape, dtype) inputs; a timing-only profile runs on these alone."""
+def read_specs(shapes: list[str], capacity: int | None = None) -> list[nkisim.ArraySpec]:
+    """``128x512:bfloat16`` items as (shape, dtype) inputs; a timing-only profile runs on these alone.
+
+    Every dim is a positive integer; with ``capacity``, an input may take at most that many bytes.
+    """
     specs = []
     for item in shapes:
         dims, _, dtype = item.partition(":")
         try:
             shape = tuple(int(d) for d in dims.lower().split("x"))
         except ValueError:
-            raise UsageError(f"shape {item!r} is not like 128x512:float32") from None
-        specs.append(nkisim.ArraySpec(shape, _dtype(dtype or "float32")))
+            raise UsageError(f"--shapes {item!r} is not like 128x512:float32") from None
+        if any(d <= 0 for d in shape):
+            raise UsageError(f"--shapes {item!r}: every dim must be a positive integer")
+        dt = _dtype(dtype or "float32")
+        nbytes = math.prod(shape) * dt.itemsize
+        if capacity is not None and nbytes > capacity:
+            raise UsageError(
+                f"--shapes {item!r} needs {nbytes:,} bytes, more than the target's {capacity:,} bytes of HBM"
+            )
+        specs.append(nkisim.ArraySpec(shape, dt))
     return specs
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line: `` of the innermost frame of the traceback outside nkisim, or nothing."""
+    tb, found = exc.__traceback__, ""
+    package = os.path.dirname(os.path.abspath(nkisim.__file__)) + os.sep
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(package) and not filename.startswith("<frozen"):
+            found = f"{os.path.basename(filename)}:{tb.tb_lineno}: "
+        tb = tb.tb_next
+    return found
+
+
+def _capacity(target: str | None) -> int:
+    try:
+        return load_target(target).hbm.capacity_bytes
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _keyword_args(items: list[str]) -> dict[str, Any]:
@@ -158,9 +207,9 @@ def run_file(args: argparse.Namespace) -> int:
     nkisim.install_nki_alias()
     try:
         kernel = load_kernel(args.kernel)
-        inputs = read_inputs(args.inputs, args.shapes, args.seed)
+        inputs = read_inputs(args.inputs, args.shapes, args.seed, _capacity(args.target))
         kwargs = _keyword_args(args.arg)
-        result, tensors = run_capturing(kernel, tuple(inputs), kwargs, args.target)
+        result, tensors = run_capturing(kernel, tuple(inputs), kwargs, args.target, **_run_options(args))
     finally:
         if installed_here:
             nkisim.uninstall_nki_alias()
@@ -219,6 +268,41 @@ def _add_run_command(commands: Any) -> None:
     run_cmd.add_argument("--target", default=None, help=f"hardware generation ({', '.join(generation_names())})")
     run_cmd.add_argument("--trace", default=None, help="write a Perfetto trace here")
     run_cmd.add_argument("--save", default=None, help="save outputs (and inputs the kernel wrote) to this .npz")
+    _add_run_options(run_cmd)
+
+
+def _add_run_options(cmd: Any) -> None:
+    """The sanitizer and budget options of ``run`` and ``profile``."""
+    cmd.add_argument(
+        "--check",
+        choices=("strict", "warn", "off"),
+        default=None,
+        help="the sanitizer (docs/checks.md): strict stops at the first error, warn reports (default), off",
+    )
+    cmd.add_argument(
+        "--max-instructions",
+        type=_budget_count,
+        default=DEFAULT_MAX_INSTRUCTIONS,
+        help=f"stop after this many instructions per core, 0 for no limit (default {DEFAULT_MAX_INSTRUCTIONS:,})",
+    )
+    cmd.add_argument("--timeout", type=float, default=None, help="stop after this many seconds of wall time")
+    cmd.add_argument("--traceback", action="store_true", help="show the Python traceback of an error")
+
+
+def _budget_count(text: str) -> int | None:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (0 means no limit)")
+    return value or None
+
+
+def _run_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout} must be a positive number of seconds")
+    return {"check": args.check, "max_instructions": args.max_instructions, "timeout": args.timeout}
 
 
 class _Progress:
@@ -252,7 +336,7 @@ def profile_file(args: argparse.Namespace) -> int:
     progress = _Progress()
     try:
         kernel = load_kernel(args.kernel)
-        inputs: list[Any] = read_inputs(args.inputs, [], args.seed) + read_specs(args.shapes)
+        inputs: list[Any] = read_inputs(args.inputs, [], args.seed) + read_specs(args.shapes, _capacity(args.target))
         kwargs = _keyword_args(args.arg)
         func = kernel.func if isinstance(kernel, nkisim.Kernel) else kernel
         try:
@@ -260,7 +344,7 @@ def profile_file(args: argparse.Namespace) -> int:
         except TypeError as exc:
             raise UsageError(f"the inputs do not fit {func.__qualname__}: {exc}") from None
         with progress_hook(progress):
-            profile = nkisim.profile(kernel, dict(bound), target=args.target)
+            profile = nkisim.profile(kernel, dict(bound), target=args.target, **_run_options(args))
     finally:
         progress.done()
         if installed_here:
@@ -290,6 +374,7 @@ def _add_profile_command(commands: Any) -> None:
     cmd.add_argument("--lines", type=int, default=10, help="kernel lines to list (default 10)")
     cmd.add_argument("--html", default=None, help="write an HTML report with an SVG timeline here")
     cmd.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    _add_run_options(cmd)
 
 
 def sweep_file(args: argparse.Namespace) -> int:
@@ -311,9 +396,13 @@ def _run_command(args: argparse.Namespace) -> int:
     try:
         return _COMMANDS[args.command](args)
     except (UsageError, ImportError) as exc:
+        if getattr(args, "traceback", False):
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except nkisim.KernelError as exc:
+        if getattr(args, "traceback", False):
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
@@ -322,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nkisim", description="nkisim: simulate NKI kernels on a CPU")
     commands = parser.add_subparsers(dest="command", required=True)
     demo_cmd = commands.add_parser("demo", help="run the demo kernels and print their check and profile")
+    demo_cmd.add_argument(
+        "model", nargs="?", choices=("nki", *_MODEL_DEMOS), default="nki", help="which machine model (default: nki)"
+    )
     demo_cmd.add_argument("--target", choices=generation_names(), default=None, help="hardware generation")
     demo_cmd.add_argument("--trace", default="nkisim_demo.perfetto.json", help="Perfetto trace path ('' for none)")
     commands.add_parser("isa-doc", help="print the instruction table of docs/isa.md")
@@ -336,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(isa_markdown(), end="")
         return 0
+    if args.model in _MODEL_DEMOS:
+        return importlib.import_module(_MODEL_DEMOS[args.model]).main()
     return demo(args.target, args.trace or None)
 
 

@@ -113,3 +113,65 @@ class TargetError(KernelError):
 
 class ExecutionError(KernelError):
     """An instruction failed while computing its result (a bug report is welcome)."""
+
+
+class BudgetError(KernelError):
+    """The kernel ran past its instruction budget (``max_instructions=``) or its wall-time budget (``timeout=``).
+
+    Attributes:
+        instructions: instructions issued when the run was stopped.
+        elapsed: seconds the run had taken by then.
+    """
+
+    def __init__(self, rule: str, *, instructions: int, elapsed: float, loc: SourceLoc | None = None) -> None:
+        self.instructions = instructions
+        self.elapsed = elapsed
+        super().__init__(rule, loc=loc)
+
+
+# -- sanitizer findings --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One finding of the sanitizer (``check="strict"`` or ``"warn"``), as the profile keeps it.
+
+    Attributes:
+        severity: ``"error"`` (undefined on hardware: stops a strict run) or ``"warning"``.
+        check: the check's name, as docs/checks.md lists it (``uninitialized-read``, ``saturation``, ...).
+        loc: the kernel line of the instruction.
+        instruction: the NKI name of the instruction (``nisa.tensor_copy``), if any.
+        message: the full one-line message, starting with ``file:line:``.
+        count: how many times this check fired at this line in the run.
+    """
+
+    severity: str
+    check: str
+    loc: SourceLoc
+    instruction: str
+    message: str
+    count: int = 1
+
+    def __str__(self) -> str:
+        times = f" ({self.count} times)" if self.count > 1 else ""
+        return f"{self.severity}: {self.message}{times} [{self.check}]"
+
+
+class CheckError(KernelError):
+    """The sanitizer found something the hardware leaves undefined (``check="strict"``).
+
+    Attributes:
+        check: the name of the check that fired (see docs/checks.md).
+    """
+
+    def __init__(self, rule: str, *, check: str, **where: object) -> None:
+        self.check = check
+        super().__init__(rule, **where)  # type: ignore[arg-type]
+
+
+class CheckWarning(UserWarning):
+    """A sanitizer warning: legal, but probably not what the kernel means (see docs/checks.md).
+
+    Silence one check with ``warnings.filterwarnings("ignore", message=r".*\\[saturation\\]")``,
+    or all of them with ``warnings.simplefilter("ignore", nkisim.CheckWarning)`` or ``check="off"``.
+    """

@@ -118,7 +118,9 @@ def _matmul_sequence(modes, init=None):
         for mode, y in zip(modes, yh):
             kwargs = {} if mode == "default" else {"accumulate": mode}
             nisa.nc_matmul(acc, xt, nl.load(y), **kwargs)
-        return nl.copy(acc)
+        out = nl.ndarray((16, 8), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(acc))
+        return out
 
     products = [f32(x).T.astype(np.float64) @ f32(y) for y in ys]
     return nkisim.run(kernel, [x, *ys]).outputs, products

@@ -12,7 +12,34 @@ from nkisim.hw import HwConfig
 from nkisim.memory import MemorySystem
 from nkisim.memory.liveness import TilePlan
 from nkisim.sim import Instruction, Machine
+from nkisim.sim.checks import Checker, Findings
+from nkisim.sim.machine import Budget
 from nkisim.sim.multicore import Launch, Peer, SharedHbmMemory
+
+
+class PrintLog:
+    """``nl.device_print`` output, printed once per run even when the liveness retry runs the kernel again.
+
+    Each attempt counts its prints; an attempt prints only those past the number an
+    earlier attempt already printed (the attempts run the same program, so the
+    first prints are the same).
+    """
+
+    def __init__(self) -> None:
+        self.printed = 0
+        self._count = 0
+
+    def restart(self) -> None:
+        """A new attempt at the same run begins."""
+        self._count = 0
+
+    def claim(self) -> bool:
+        """Count one ``device_print`` of this attempt; True when it has not been printed yet."""
+        self._count += 1
+        if self._count > self.printed:
+            self.printed = self._count
+            return True
+        return False
 
 
 class KernelContext:
@@ -24,6 +51,7 @@ class KernelContext:
         num_programs: programs in the launch.
         grid: the launch grid (``kernel[2]``: ``(2,)``; a plain call: ``()``).
         kernel_name: the traced function's qualified name, for the profile.
+        prints: the run's ``nl.device_print`` log (shared by its attempts and programs).
     """
 
     def __init__(
@@ -35,6 +63,9 @@ class KernelContext:
         launch: Launch | None = None,
         grid: tuple[int, ...] = (),
         plan: TilePlan | None = None,
+        budget: Budget | None = None,
+        prints: PrintLog | None = None,
+        findings: Findings | None = None,
     ) -> None:
         memory = (
             MemorySystem(hw, poison=compute, plan=plan)
@@ -42,7 +73,12 @@ class KernelContext:
             else SharedHbmMemory(hw, launch, program_id, compute, plan)
         )
         peer = Peer(launch, program_id) if launch is not None else None
-        self.machine = Machine(hw, compute=compute, memory=memory, peer=peer, on_progress=_PROGRESS.get())
+        checker = Checker(findings, hw.name) if findings is not None else None
+        self.machine = Machine(
+            hw, compute=compute, memory=memory, peer=peer, on_progress=_PROGRESS.get(), budget=budget, checker=checker
+        )
+        #: ``nl.device_print`` output already shown in this run.
+        self.prints = prints if prints is not None else PrintLog()
         self.program_id = program_id
         self.num_programs = num_programs
         self.grid = grid

@@ -5,22 +5,37 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, TargetError
-from nkisim.frontend.context import KernelContext, enter, is_running, leave
+from nkisim.frontend.blas import single_threaded_blas
+from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, leave
 from nkisim.frontend.frameworks import adapter, framework_of
+from nkisim.frontend.validate import (
+    check_budget,
+    check_inputs,
+    check_kernel,
+    check_mode,
+    check_target,
+    collect,
+    translate,
+)
 from nkisim.hw import HwConfig, load_target
 from nkisim.isa.spec import needs
 from nkisim.memory import Buffer, Tensor, to_dtype
 from nkisim.memory.liveness import PlanDivergedError, TilePlan
 from nkisim.report import Profile
+from nkisim.sim.checks import Findings
+from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS, Budget
 from nkisim.sim.multicore import Launch, SharedHbmMemory, merge_timelines
+
+#: The sanitizer mode of a run that names none (see :func:`run`).
+DEFAULT_CHECK = "warn"
 
 
 @dataclass(frozen=True)
@@ -83,9 +98,10 @@ class Kernel:
 
 
 def _target(name: str | HwConfig | None) -> HwConfig:
+    check_target("target", name)
     try:
         return load_target(name)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise TargetError(str(exc)) from None
 
 
@@ -94,11 +110,14 @@ def jit(func: Callable[..., Any] | None = None, mode: str = "auto", **kwargs: An
 
     The target is, in order: ``nkisim.run(target=)``, ``platform_target``, the
     ``NEURON_PLATFORM_TARGET_OVERRIDE`` environment variable, then ``trn1``.
-    ``mode`` is accepted for compatibility; nkisim always simulates.
+    ``mode`` is accepted for compatibility; nkisim always simulates. ``check=`` sets the
+    kernel's sanitizer mode (``"strict"``, ``"warn"``, ``"off"``; see :func:`run`).
     """
     platform_target = kwargs.pop("platform_target", None)
     if platform_target is not None:
         _target(platform_target)  # reject unknown names early
+    if "check" in kwargs:
+        check_mode("nki.jit", kwargs["check"])
     if func is None:
         return lambda f: Kernel(f, platform_target, mode=mode, **kwargs)
     return Kernel(func, platform_target, mode=mode, **kwargs)
@@ -128,6 +147,9 @@ def run(
     inputs: Sequence[Any] | Mapping[str, Any] = (),
     *,
     target: str | HwConfig | None = None,
+    max_instructions: int | None = DEFAULT_MAX_INSTRUCTIONS,
+    timeout: float | None = None,
+    check: str | None = None,
 ) -> RunResult:
     """Simulate ``kernel`` on ``inputs`` and return its outputs and profile.
 
@@ -138,9 +160,25 @@ def run(
             other values (ints, floats, None) are passed through unchanged.
         target: ``trn1``, ``inf2``, ``trn2``, ``trn3`` (or an ``HwConfig``); by default
             the kernel's ``platform_target``, the environment, then ``trn1``.
+        max_instructions: the most instructions one core may issue before the run stops
+            with a :class:`~nkisim.errors.BudgetError` (None: no limit).
+        timeout: seconds of wall time after which the run stops with a ``BudgetError``
+            (None, the default: no limit).
+        check: the sanitizer (docs/checks.md): ``"strict"`` stops at the first finding the
+            hardware leaves undefined with a :class:`~nkisim.errors.CheckError`; ``"warn"``
+            reports findings as :class:`~nkisim.errors.CheckWarning`; ``"off"`` checks only
+            the hardware's rules. By default the kernel's ``@nki.jit(check=)``, else ``"warn"``.
+            Findings are in ``profile.diagnostics``.
+
+    Raises:
+        KernelError: the kernel breaks a rule (its subclasses name which), at the kernel's line.
+        TypeError, ValueError: an argument of ``run`` itself is malformed.
     """
-    ctxs, returned = _simulate(kernel, inputs, target, compute=True)
-    result = RunResult(_collect(returned), _profile_of(ctxs), ctxs[0].hw.name)
+    _check_call("nkisim.run", kernel, inputs, target, max_instructions, timeout, check)
+    budget = Budget(max_instructions, timeout, time.monotonic())
+    ctxs, returned = _simulate(kernel, inputs, target, compute=True, budget=budget, check=check)
+    func = kernel.func if isinstance(kernel, Kernel) else kernel
+    result = RunResult(collect(returned, func), _profile_of(ctxs), ctxs[0].hw.name)
     for bucket in _COLLECTORS:
         bucket.append(result.profile)
     return result
@@ -173,48 +211,88 @@ def profile(
     inputs: Sequence[Any] | Mapping[str, Any] = (),
     *,
     target: str | HwConfig | None = None,
+    max_instructions: int | None = DEFAULT_MAX_INSTRUCTIONS,
+    timeout: float | None = None,
+    check: str | None = None,
 ) -> Profile:
     """The simulated timeline of ``kernel``; inputs may be arrays or ``(shape, dtype)`` pairs.
 
     When any input is given by shape and dtype alone, no values are computed (as a
     hardware benchmark ignores input values): the timeline is the same as
     :func:`run` gives for arrays of those shapes, and the run is much faster.
+    ``target``, ``max_instructions``, ``timeout`` and ``check`` are as for :func:`run`.
     """
+    _check_call("nkisim.profile", kernel, inputs, target, max_instructions, timeout, check)
     args, kwargs = _split(inputs)
     abstract = any(_as_spec(v) is not None for v in (*args, *kwargs.values()))
-    ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract)
+    budget = Budget(max_instructions, timeout, time.monotonic())
+    ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract, budget=budget, check=check)
     return _profile_of(ctxs)
+
+
+def _check_call(
+    entry: str,
+    kernel: object,
+    inputs: object,
+    target: object,
+    max_instructions: object,
+    timeout: object,
+    check: object = None,
+) -> None:
+    check_kernel(entry, kernel)
+    check_inputs(entry, inputs)
+    check_target(entry, target)
+    check_budget(entry, max_instructions, timeout)
+    if check is not None:
+        check_mode(entry, check)
 
 
 def output_specs(
     kernel: Kernel | Callable[..., Any], inputs: Sequence[Any] | Mapping[str, Any], *, target: Any = None
 ) -> Any:
     """Shapes and dtypes of what ``kernel`` returns, traced without computing values."""
+    _check_call("nkisim.output_specs", kernel, inputs, target, None, None)
     abstract_inputs = _abstract(inputs)
-    _, returned = _simulate(kernel, abstract_inputs, target, compute=False)
+    _, returned = _simulate(kernel, abstract_inputs, target, compute=False, check="off")
     return _collect_specs(returned)
 
 
 def _simulate(
-    kernel: Kernel | Callable[..., Any], inputs: Any, target: str | HwConfig | None, compute: bool
+    kernel: Kernel | Callable[..., Any],
+    inputs: Any,
+    target: str | HwConfig | None,
+    compute: bool,
+    budget: Budget | None = None,
+    check: str | None = None,
 ) -> tuple[list[KernelContext], Any]:
     """Run the kernel; one context per program, and what program 0 returned."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
+    mode = check if check is not None else kernel.options.get("check", DEFAULT_CHECK)
+    findings = Findings(mode) if mode != "off" else None
     hw = _target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)
     programs = kernel.grid[0] if kernel.grid else 1
+    budget = budget if budget is not None else Budget(start=time.monotonic())
+    prints = PrintLog()
 
     def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
+        prints.restart()
         if programs > 1:
-            return _simulate_lnc(kernel, hw, args, kwargs, programs, compute, plans)
-        return _simulate_one(kernel, hw, args, kwargs, compute, plans[0] if plans else None)
+            return _simulate_lnc(kernel, hw, args, kwargs, programs, compute, plans, budget, prints, findings)
+        return _simulate_one(kernel, hw, args, kwargs, compute, plans[0] if plans else None, budget, prints, findings)
 
     with single_threaded_blas():
         try:
-            return attempt(None)
-        except CapacityError as eager_error:
-            return _with_compiler_liveness(attempt, programs, eager_error)
+            try:
+                return attempt(None)
+            except CapacityError as eager_error:
+                return _with_compiler_liveness(attempt, programs, eager_error)
+        except Exception as exc:
+            clear = translate(exc, _kernel_loc(kernel))
+            if clear is None:
+                raise
+            raise clear from exc
 
 
 def _with_compiler_liveness(
@@ -240,19 +318,6 @@ def _with_compiler_liveness(
         raise eager_error from None
 
 
-@functools.cache
-def _blas_controller() -> ThreadpoolController:
-    return ThreadpoolController()
-
-
-@contextlib.contextmanager
-def single_threaded_blas() -> Iterator[None]:
-    """One BLAS thread while a kernel runs: its matmuls are tile-sized, and multi-threaded
-    BLAS spin-waits, which slows tiny products a hundredfold when other processes use the cores."""
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        yield
-
-
 def _simulate_one(
     kernel: Kernel,
     hw: HwConfig,
@@ -260,8 +325,13 @@ def _simulate_one(
     kwargs: dict[str, Any],
     compute: bool,
     plan: TilePlan | None = None,
+    budget: Budget | None = None,
+    prints: PrintLog | None = None,
+    findings: Findings | None = None,
 ) -> tuple[list[KernelContext], Any]:
-    ctx = KernelContext(hw, compute=compute, grid=kernel.grid, plan=plan)
+    ctx = KernelContext(
+        hw, compute=compute, grid=kernel.grid, plan=plan, budget=budget, prints=prints, findings=findings
+    )
     ctx.kernel_name = kernel.func.__qualname__
     bound = _bind(kernel, args, kwargs)
     for name, value in bound.arguments.items():
@@ -282,6 +352,9 @@ def _simulate_lnc(
     programs: int,
     compute: bool,
     plans: list[TilePlan] | None = None,
+    budget: Budget | None = None,
+    prints: PrintLog | None = None,
+    findings: Findings | None = None,
 ) -> tuple[list[KernelContext], Any]:
     """``kernel[2]``: two programs in turn-taking threads, sharing inputs and shared HBM (nkisim.sim.multicore)."""
     if not hw.capabilities.lnc2_collectives:
@@ -300,6 +373,9 @@ def _simulate_lnc(
             launch=launch,
             grid=kernel.grid,
             plan=plans[pid] if plans else None,
+            budget=budget,
+            prints=prints,
+            findings=findings,
         )
         for pid in range(programs)
     ]
@@ -330,7 +406,8 @@ def _profile_of(ctxs: list[KernelContext]) -> Profile:
     """One profile; with several programs, their timelines side by side on tracks named ``core<i> <engine>``."""
     first = ctxs[0]
     timeline = first.machine.timeline if len(ctxs) == 1 else merge_timelines([ctx.machine.timeline for ctx in ctxs])
-    return Profile(timeline, first.hw, first.kernel_name)
+    diagnostics = [d for ctx in ctxs if ctx.machine.checker is not None for d in ctx.machine.checker.diagnostics]
+    return Profile(timeline, first.hw, first.kernel_name, diagnostics)
 
 
 def _as_spec(value: Any) -> ArraySpec | None:
@@ -409,14 +486,4 @@ def _collect_specs(returned: Any) -> Any:
         return ArraySpec(returned.shape, returned.dtype)
     if isinstance(returned, (tuple, list)):
         return tuple(_collect_specs(item) for item in returned)
-    return returned
-
-
-def _collect(returned: Any) -> Any:
-    if isinstance(returned, Tensor):
-        return returned.array  # the run's own HBM bytes: nothing else refers to them
-    if isinstance(returned, (tuple, list)):
-        return tuple(_collect(item) for item in returned)
-    if isinstance(returned, dict):
-        return {key: _collect(item) for key, item in returned.items()}
     return returned

@@ -27,9 +27,15 @@ from nkisim.memory import Tensor
 
 
 def run_capturing(
-    kernel: Kernel | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], target: Any = None
+    kernel: Kernel | Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    target: Any = None,
+    **options: Any,
 ) -> tuple[RunResult, dict[str, Any]]:
     """Run ``kernel`` like :func:`nkisim.run` and also return the HBM tensor of each argument, by name.
+
+    ``options`` are :func:`nkisim.run`'s keyword options (``check``, ``max_instructions``, ``timeout``).
 
     The tensors hold what the kernel left in them, so a caller can see which inputs it wrote.
     """
@@ -45,7 +51,7 @@ def run_capturing(
 
     wrapped = copy.copy(base)  # keeps every launch option of the kernel object
     wrapped.func = capturing
-    result = run(wrapped, _as_inputs(args, kwargs), target=target)
+    result = run(wrapped, _as_inputs(args, kwargs), target=target, **options)
     return result, captured
 
 

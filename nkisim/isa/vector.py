@@ -350,25 +350,22 @@ def _memset_cost(ops: MemsetOps, hw: HwConfig, engine: Engine) -> Cost:
     return per_element_cost(engine, hw, ops.dst.free_size, hw.vector.fast_path_cycles_per_element if fast else 1.0)
 
 
-def _memset_validate(ops: MemsetOps, chk: Check) -> None:
-    if is_integer(ops.dst.dtype) and float(ops.value) != int(ops.value):
-        chk.fail(DtypeError, "value", f"{ops.value} is not an integer, as dst dtype {ops.dst.dtype} requires")
-
-
 @instruction(
     "memset",
     MemsetOps,
     engines=(Engine.vector, Engine.gpsimd),
     cost=_memset_cost,
-    validate=_memset_validate,
     choose_engine=_choose_vector,
-    dtypes="any; value cast to dst (an integer for integer dst)",
+    dtypes="any; value converted to dst as an engine write (integers: nearest even, saturated)",
 )
 def memset(ops: MemsetOps, state: EngineState) -> None:
-    """Fill ``dst`` with the constant ``value``."""
-    if is_integer(ops.dst.dtype):
-        info = np.iinfo(ops.dst.dtype) if ops.dst.dtype.kind != "b" else None
-        value = int(ops.value) if info is None else min(max(int(ops.value), info.min), info.max)
-        ops.dst.array[...] = value
+    """Fill ``dst`` with the constant ``value``, converted as every engine write is.
+
+    An integer ``value`` is exact in an integer ``dst`` (no float32 rounding of large
+    integers); a fractional one rounds to nearest even; both saturate at the type's range.
+    """
+    value = ops.value
+    if is_integer(ops.dst.dtype) and ops.dst.dtype.kind != "b" and float(value).is_integer():
+        write(ops.dst, np.full(ops.dst.shape, int(value), dtype=np.float64))
     else:
-        write(ops.dst, np.full(ops.dst.shape, ops.value, dtype=np.float32))
+        write(ops.dst, np.full(ops.dst.shape, value, dtype=np.float32))

@@ -9,6 +9,7 @@ tell it apart.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 import ml_dtypes
@@ -118,8 +119,54 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu" and is_float(values.dtype):
         info = np.iinfo(dtype)
         wide = np.rint(values.astype(np.float64, copy=False))
+        log = _CONVERSIONS.get()
+        if log is not None:
+            log.note(wide, info)
         wide = np.nan_to_num(wide, nan=0.0, posinf=info.max, neginf=info.min)
         return np.clip(wide, info.min, info.max).astype(dtype)
     if dtype.kind == "b":
         return values != 0
     return values.astype(dtype)
+
+
+class ConversionLog:
+    """Counts float-to-integer conversions that saturated or met NaN, while it is active (see :func:`logging`).
+
+    Attributes:
+        saturated: values outside the integer type's range, written as its minimum or maximum.
+        nan: NaN values, written as 0.
+        dtype: the integer type of the last conversion that lost values.
+    """
+
+    __slots__ = ("dtype", "nan", "saturated")
+
+    def __init__(self) -> None:
+        self.saturated = 0
+        self.nan = 0
+        self.dtype: np.dtype | None = None
+
+    def note(self, rounded: np.ndarray, info: np.iinfo) -> None:
+        """Count the values of ``rounded`` (float64) that ``info``'s type cannot hold."""
+        nan = int(np.count_nonzero(np.isnan(rounded)))
+        with np.errstate(invalid="ignore"):
+            saturated = int(np.count_nonzero((rounded < info.min) | (rounded > info.max)))
+        if nan or saturated:
+            self.nan += nan
+            self.saturated += saturated
+            self.dtype = info.dtype
+
+    def clear(self) -> None:
+        self.saturated = self.nan = 0
+        self.dtype = None
+
+
+_CONVERSIONS: ContextVar[ConversionLog | None] = ContextVar("nkisim_conversions", default=None)
+
+
+def logging(log: ConversionLog | None) -> object:
+    """Make ``log`` count the lossy conversions of :func:`cast` in this context; returns a token to reset with."""
+    return _CONVERSIONS.set(log)
+
+
+def stop_logging(token: object) -> None:
+    _CONVERSIONS.reset(token)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -31,6 +31,8 @@ class MemorySystem:
         self.psum = OnChipMemory("psum", hw.psum, plan)
         #: While recording a plan: tensor uid -> (memory, allocation serial).
         self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
+        #: Called with each new on-chip tensor and whether it was placed at an explicit address.
+        self.on_allocate: Callable[[Tensor, bool], None] | None = None
         self._hbm_next_address = 0x1_0000_0000
         self.hbm_bytes = 0
         self._counter = 0
@@ -119,6 +121,8 @@ class MemorySystem:
         weakref.finalize(tensor, memory.free, alloc.handle)
         if memory.recording:
             self._allocations[tensor.uid] = (memory, alloc.serial)
+        if self.on_allocate is not None:
+            self.on_allocate(tensor, address is not None)
         return tensor
 
     def _hbm_storage(self, shape: tuple[int, ...], dtype: np.dtype, name: str, loc: SourceLoc | None = None) -> Storage:

@@ -368,10 +368,16 @@ def _bound(value: Any, what: str, loc: Any) -> int:
 
 
 def device_print(print_prefix: str, tensor: Tensor) -> None:
-    """Print a tensor's current values, prefixed, when the kernel reaches this line."""
-    current_context()
+    """Print a tensor's current values, prefixed, when the kernel reaches this line.
+
+    Printed once per run: when the liveness retry runs the kernel again, the prints the
+    first attempt made are not repeated.
+    """
+    ctx = current_context()
     if not isinstance(tensor, Tensor):
         raise OperandError(f"nl.device_print: tensor must be an NKI tensor, got {type(tensor).__name__}")
+    if not ctx.prints.claim():
+        return
     print(f"{print_prefix} {tensor.name}{list(tensor.shape)}:\n{np.asarray(tensor.array)}")
 
 

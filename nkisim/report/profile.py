@@ -6,9 +6,11 @@ import gzip
 import json
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from nkisim.errors import Diagnostic
 from nkisim.hw import HwConfig
 from nkisim.memory.dtypes import dtype_name
 from nkisim.report import analysis
@@ -56,10 +58,15 @@ class Profile:
         target: its name.
         reference_clock_ghz: the clock at which ``total_cycles`` is counted.
         kernel: the name of the kernel function.
+        diagnostics: the sanitizer's findings (:class:`~nkisim.errors.Diagnostic`), empty under ``check="off"``.
     """
 
-    def __init__(self, timeline: Timeline, hw: HwConfig, kernel: str = "") -> None:
+    def __init__(
+        self, timeline: Timeline, hw: HwConfig, kernel: str = "", diagnostics: Sequence[Diagnostic] = ()
+    ) -> None:
         self._tl = timeline
+        #: The sanitizer's findings (``check="strict"`` or ``"warn"``), one per check and kernel line.
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics)
         self.hw = hw
         self.target = hw.name
         self.reference_clock_ghz = hw.reference_clock_ghz
@@ -200,7 +207,17 @@ class Profile:
                 f"  {cost.source:<28}{cost.instructions:>8}{cost.busy_ns / 1000:>11.3f}{cost.wait_ns / 1000:>10.3f}"
                 f"{100 * cost.critical_ns / total:>11.1f}%  {engines}"
             )
+        if self.diagnostics:
+            out += ["", self.diagnostics_text()]
         return "\n".join(out)
+
+    def diagnostics_text(self) -> str:
+        """The sanitizer's findings, one line each (empty when there are none)."""
+        if not self.diagnostics:
+            return ""
+        errors = sum(d.severity == "error" for d in self.diagnostics)
+        head = f"  sanitizer: {errors} errors, {len(self.diagnostics) - errors} warnings"
+        return "\n".join([head, *(f"    {d}" for d in self.diagnostics)])
 
     def summary(self) -> str:
         """A short text report: total time, per-engine busy %, instruction counts."""

@@ -21,22 +21,53 @@ registry of specs.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from nkisim.errors import ExecutionError, KernelError, OperandError, SourceLoc, TargetError
+from nkisim.errors import BudgetError, ExecutionError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
 from nkisim.isa.common import check_common
 from nkisim.isa.spec import Peer, missing_capability, needs
 from nkisim.memory import MemorySystem, Region, Tensor
+from nkisim.memory.dtypes import logging as conversions_to
+from nkisim.memory.dtypes import stop_logging as stop_conversions
+from nkisim.sim.checks import Checker
 from nkisim.sim.scheduler import Scheduler, Timeline
 
 #: How many instructions pass between calls of a progress hook.
 PROGRESS_EVERY = 4096
+
+#: The default instruction budget of one run (per core): a timeline of this many
+#: instructions takes a few GiB of host memory.
+DEFAULT_MAX_INSTRUCTIONS = 5_000_000
+
+#: How many instructions pass between two looks at the clock for a wall-time budget.
+_CLOCK_EVERY = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Limits that stop a runaway kernel with a :class:`~nkisim.errors.BudgetError`.
+
+    Attributes:
+        max_instructions: instructions one core may issue (None: no limit).
+        timeout: seconds of wall time from ``start`` (None: no limit); checked every few
+            hundred instructions, so a Python loop that issues none is not stopped.
+        start: the ``time.monotonic()`` the run started at.
+    """
+
+    max_instructions: int | None = DEFAULT_MAX_INSTRUCTIONS
+    timeout: float | None = None
+    start: float = 0.0
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.timeout is None else self.start + self.timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +98,8 @@ class Machine:
         peer: this core's link to the other cores of a multi-core launch, else None.
         registry: the instruction specs this machine runs, by name.
         on_progress: called with the instruction count every :data:`PROGRESS_EVERY` instructions.
+        budget: the instruction and wall-time limits (by default :data:`DEFAULT_MAX_INSTRUCTIONS`, no timeout).
+        checker: the sanitizer of this core (``check="strict"`` or ``"warn"``), or None.
     """
 
     def __init__(
@@ -78,6 +111,8 @@ class Machine:
         peer: Peer | None = None,
         registry: Mapping[str, InstructionSpec] = REGISTRY,
         on_progress: Callable[[int], None] | None = None,
+        budget: Budget | None = None,
+        checker: Checker | None = None,
     ) -> None:
         self.hw = hw
         self.compute = compute
@@ -87,6 +122,12 @@ class Machine:
         self.peer = peer
         self.registry = registry
         self.on_progress = on_progress
+        self.budget = budget if budget is not None else Budget(start=time.monotonic())
+        self._limit = self.budget.max_instructions
+        self._next_check = 0  # the instruction count at which _checkpoint runs next
+        self.checker = checker
+        if checker is not None:
+            self.memory.on_allocate = checker.allocated
 
     @property
     def timeline(self) -> Timeline:
@@ -97,13 +138,23 @@ class Machine:
         """Validate, execute, account, cost and schedule one instruction."""
         spec = self.registry[instruction.opcode]
         loc = instruction.loc
+        if len(self.scheduler.timeline) >= self._next_check:
+            self._checkpoint(spec, loc)
         ops = self._operands(spec, instruction)
         engine = self._engine(spec, ops, loc)
         chk = Check(spec.name, engine, self.hw, loc)
         self._validate(spec, ops, chk)
+        tensor_reads, tensor_writes = ops.accessed()
+        self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
+        self.memory.issued(len(self.scheduler.timeline), tensor_reads, tensor_writes)
+        checker = self.checker
+        if checker is not None:
+            checker.read(spec.name, loc, tensor_reads, ops)
         if self.compute:
             self._execute(spec, ops, chk)
-        reads, writes = self._accesses(spec, ops)
+        if checker is not None:
+            checker.wrote(tensor_writes)
+        reads, writes = self._accesses(spec, ops, tensor_reads, tensor_writes)
         cost = spec.cost(ops, self.hw, engine)
         not_before = 0.0
         if spec.synchronise is not None:
@@ -122,9 +173,36 @@ class Machine:
         )
         if self.peer is not None:
             self.peer.yield_turn()
+
+    def _checkpoint(self, spec: InstructionSpec, loc: SourceLoc) -> None:
+        """Before the next instruction: report progress, enforce the budget, and set the next check."""
         count = len(self.scheduler.timeline)
-        if self.on_progress is not None and count % PROGRESS_EVERY == 0:
+        budget = self.budget
+        elapsed = time.monotonic() - budget.start
+        where = f"nisa.{spec.name}: "
+        if self._limit is not None and count >= self._limit:
+            raise BudgetError(
+                f"{where}the kernel reached its budget of {self._limit:,} instructions "
+                f"(max_instructions={self._limit}) after {elapsed:.1f} s; an endless loop? "
+                "pass a larger max_instructions= (or None) for a longer kernel",
+                instructions=count,
+                elapsed=elapsed,
+                loc=loc,
+            )
+        if budget.timeout is not None and elapsed > budget.timeout:
+            raise BudgetError(
+                f"{where}the kernel ran past its timeout={budget.timeout:g} s after {count:,} instructions "
+                f"({elapsed:.1f} s); an endless loop? pass a larger timeout= (or None) for a longer kernel",
+                instructions=count,
+                elapsed=elapsed,
+                loc=loc,
+            )
+        if self.on_progress is not None and count and count % PROGRESS_EVERY == 0:
             self.on_progress(count)
+        step = PROGRESS_EVERY - count % PROGRESS_EVERY
+        if budget.timeout is not None:
+            step = min(step, _CLOCK_EVERY - count % _CLOCK_EVERY)
+        self._next_check = count + step if self._limit is None else min(count + step, self._limit)
 
     # -- the steps ----------------------------------------------------------------------
 
@@ -156,6 +234,8 @@ class Machine:
             spec.validate(ops, chk)
 
     def _execute(self, spec: InstructionSpec, ops: Any, chk: Check) -> None:
+        checker = self.checker
+        token = None if checker is None else conversions_to(checker.conversions)
         try:
             spec.semantics(ops, self.state)
         except KernelError:
@@ -168,11 +248,20 @@ class Machine:
                 engine=chk.engine.title,
                 target=self.hw.name,
             ) from exc
+        finally:
+            if token is not None:
+                stop_conversions(token)
+        if checker is not None:
+            checker.converted(spec.name, chk.loc)
 
-    def _accesses(self, spec: InstructionSpec, ops: Any) -> tuple[list[Region], list[Region]]:
-        """The regions read and written; tells the memories which tiles this instruction used."""
-        reads, writes = ops.accessed()
-        self.memory.issued(len(self.scheduler.timeline), reads, writes)
+    def _accesses(
+        self,
+        spec: InstructionSpec,
+        ops: Any,
+        reads: list[tuple[str, Tensor]],
+        writes: list[tuple[str, Tensor]],
+    ) -> tuple[list[Region], list[Region]]:
+        """The regions read and written: the tensor operands', dynamic offsets, and the spec's extra accesses."""
         read_regions = [t.region for _, t in reads]
         write_regions = [t.region for _, t in writes]
         for _, t in (*reads, *writes):
@@ -182,6 +271,26 @@ class Machine:
             read_regions += more_reads
             write_regions += more_writes
         return read_regions, write_regions
+
+    def _check_own_tiles(
+        self,
+        spec: InstructionSpec,
+        loc: SourceLoc,
+        reads: list[tuple[str, Tensor]],
+        writes: list[tuple[str, Tensor]],
+    ) -> None:
+        """Every on-chip operand is a tile of this core's SBUF or PSUM (not one kept from an earlier run)."""
+        mine = (self.memory.sbuf.storage, self.memory.psum.storage)
+        for name, t in (*reads, *writes):
+            if t.buffer.is_on_chip and t.storage.kind in ("sbuf", "psum") and t.storage not in mine:
+                raise OperandError(
+                    f"{t.name!r} is a {t.buffer.value.upper()} tile of another run (kept from an earlier kernel run, "
+                    "or another core's); on-chip tiles live only in the run that allocated them",
+                    loc=loc,
+                    instruction=f"nisa.{spec.name}",
+                    target=self.hw.name,
+                    operand=name,
+                )
 
 
 def _summary(ops: Any) -> tuple[tuple[str, object], ...]:
