@@ -78,6 +78,15 @@ PUBLISHED = {
     "hardware_dge": (False, True, True),
     # LNC=2 (two NeuronCores per logical core) is a Trainium2/Trainium3 feature [api core_barrier].
     "lnc2_collectives": (False, True, True),
+    # [trn1 arch] SBUF access: on NeuronCore-v2 an access of more than 64 partitions starts at 0,
+    # of 33-64 at 0 or 64, of up to 32 at a multiple of 32; no such rule is published for v3/v4.
+    "partition_start_quadrants": (True, False, False),
+    # nkisim's reading of nc_matmul's accumulate= (docs/checks.md): defined onto any PSUM value from v4.
+    "psum_accumulate_onto_any_write": (False, False, True),
+    # [arch] access patterns: up to 4 free dims, each with a uint16 size and an int16 stride in elements.
+    "access_pattern_free_dims": (4, 4, 4),
+    "access_pattern_max_size": (65535, 65535, 65535),
+    "access_pattern_max_stride": (32767, 32767, 32767),
     # [api nc_matmul]: is_transpose passes stationary's data through on NeuronCore-v3+.
     "transpose_passes_dtype": (False, True, True),
     # [api dma_transpose] (NKI 0.3): an indirect (vector_offset) source needs NeuronCore-v3+.

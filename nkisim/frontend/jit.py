@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, T
 from nkisim.frontend.blas import single_threaded_blas
 from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, leave
 from nkisim.frontend.frameworks import adapter, framework_of
+from nkisim.frontend.loops import AFFINE_ORDERS
+from nkisim.frontend.loops import affine_order as run_affine_in
 from nkisim.frontend.validate import (
     check_budget,
     check_inputs,
@@ -30,12 +33,20 @@ from nkisim.isa.spec import needs
 from nkisim.memory import Buffer, Tensor, to_dtype
 from nkisim.memory.liveness import PlanDivergedError, TilePlan
 from nkisim.report import Profile
-from nkisim.sim.checks import Findings
+from nkisim.sim.checks import CHECK_MODES, Findings
 from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS, Budget
 from nkisim.sim.multicore import Launch, SharedHbmMemory, merge_timelines
 
 #: The sanitizer mode of a run that names none (see :func:`run`).
 DEFAULT_CHECK = "warn"
+
+
+def default_check() -> str:
+    """The sanitizer mode of runs that name none: ``NKISIM_CHECK`` if set, else :data:`DEFAULT_CHECK`."""
+    mode = os.environ.get("NKISIM_CHECK", "").strip().lower() or DEFAULT_CHECK
+    if mode not in CHECK_MODES:
+        raise ValueError(f"NKISIM_CHECK must be one of {', '.join(CHECK_MODES)}, got {mode!r}")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -150,6 +161,7 @@ def run(
     max_instructions: int | None = DEFAULT_MAX_INSTRUCTIONS,
     timeout: float | None = None,
     check: str | None = None,
+    affine_order: str = "in-order",
 ) -> RunResult:
     """Simulate ``kernel`` on ``inputs`` and return its outputs and profile.
 
@@ -168,15 +180,19 @@ def run(
             hardware leaves undefined with a :class:`~nkisim.errors.CheckError`; ``"warn"``
             reports findings as :class:`~nkisim.errors.CheckWarning`; ``"off"`` checks only
             the hardware's rules. By default the kernel's ``@nki.jit(check=)``, else ``"warn"``.
-            Findings are in ``profile.diagnostics``.
+            Findings are in ``profile.diagnostics``. The environment variable ``NKISIM_CHECK``
+            changes the default (for instance to run a whole test suite under ``strict``).
+        affine_order: ``"in-order"`` (the default), ``"reversed"`` or ``"shuffled"``: the order
+            the iterations of ``nl.affine_range`` loops run in, to expose order dependence.
 
     Raises:
         KernelError: the kernel breaks a rule (its subclasses name which), at the kernel's line.
         TypeError, ValueError: an argument of ``run`` itself is malformed.
     """
-    _check_call("nkisim.run", kernel, inputs, target, max_instructions, timeout, check)
+    _check_call("nkisim.run", kernel, inputs, target, max_instructions, timeout, check, affine_order)
     budget = Budget(max_instructions, timeout, time.monotonic())
-    ctxs, returned = _simulate(kernel, inputs, target, compute=True, budget=budget, check=check)
+    with run_affine_in(affine_order):
+        ctxs, returned = _simulate(kernel, inputs, target, compute=True, budget=budget, check=check)
     func = kernel.func if isinstance(kernel, Kernel) else kernel
     result = RunResult(collect(returned, func), _profile_of(ctxs), ctxs[0].hw.name)
     for bucket in _COLLECTORS:
@@ -214,19 +230,21 @@ def profile(
     max_instructions: int | None = DEFAULT_MAX_INSTRUCTIONS,
     timeout: float | None = None,
     check: str | None = None,
+    affine_order: str = "in-order",
 ) -> Profile:
     """The simulated timeline of ``kernel``; inputs may be arrays or ``(shape, dtype)`` pairs.
 
     When any input is given by shape and dtype alone, no values are computed (as a
     hardware benchmark ignores input values): the timeline is the same as
     :func:`run` gives for arrays of those shapes, and the run is much faster.
-    ``target``, ``max_instructions``, ``timeout`` and ``check`` are as for :func:`run`.
+    ``target``, ``max_instructions``, ``timeout``, ``check`` and ``affine_order`` are as for :func:`run`.
     """
-    _check_call("nkisim.profile", kernel, inputs, target, max_instructions, timeout, check)
+    _check_call("nkisim.profile", kernel, inputs, target, max_instructions, timeout, check, affine_order)
     args, kwargs = _split(inputs)
     abstract = any(_as_spec(v) is not None for v in (*args, *kwargs.values()))
     budget = Budget(max_instructions, timeout, time.monotonic())
-    ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract, budget=budget, check=check)
+    with run_affine_in(affine_order):
+        ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract, budget=budget, check=check)
     return _profile_of(ctxs)
 
 
@@ -238,8 +256,11 @@ def _check_call(
     max_instructions: object,
     timeout: object,
     check: object = None,
+    order: object = "in-order",
 ) -> None:
     check_kernel(entry, kernel)
+    if order not in AFFINE_ORDERS:
+        raise ValueError(f"{entry}: affine_order must be one of {', '.join(map(repr, AFFINE_ORDERS))}, got {order!r}")
     check_inputs(entry, inputs)
     check_target(entry, target)
     check_budget(entry, max_instructions, timeout)
@@ -268,7 +289,7 @@ def _simulate(
     """Run the kernel; one context per program, and what program 0 returned."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
-    mode = check if check is not None else kernel.options.get("check", DEFAULT_CHECK)
+    mode = check if check is not None else kernel.options.get("check", default_check())
     findings = Findings(mode) if mode != "off" else None
     hw = _target(target if target is not None else kernel.platform_target)
     args, kwargs = _split(inputs)

@@ -231,6 +231,16 @@ class Capabilities(_Frozen):
     vector_prng_state: StrictBool
     #: ``rand_get_state`` may write PSUM (else SBUF only).
     rand_get_state_to_psum: StrictBool
+    # Rules the sanitizer (``check=``) enforces; docs/checks.md.
+    #: An access's start partition depends on its size: more than 64 partitions start at 0,
+    #: 33-64 at 0 or 64, up to 32 at a multiple of 32.
+    partition_start_quadrants: StrictBool
+    #: ``nc_matmul(accumulate=True)`` may add onto PSUM values another engine wrote.
+    psum_accumulate_onto_any_write: StrictBool
+    #: Free-dim access pattern of an engine operand: dims, and each dim's size and |stride| in elements.
+    access_pattern_free_dims: StrictInt = Field(gt=0)
+    access_pattern_max_size: StrictInt = Field(gt=0)
+    access_pattern_max_stride: StrictInt = Field(gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> Capabilities:

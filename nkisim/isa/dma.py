@@ -165,6 +165,7 @@ def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
     engines=(Engine.dma,),
     cost=_dma_copy_cost,
     validate=_dma_copy_validate,
+    accumulates=lambda ops: ops.dst_rmw_op is not None,
     dtypes="any; cast src -> fp32 -> dst if they differ (dst_rmw_op: fp32 math)",
 )
 def dma_copy(ops: DmaCopyOps, state: EngineState) -> None:

@@ -21,7 +21,7 @@ from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa.common import as_rows, check_in, f32, free_size_limit
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction
-from nkisim.isa.tensor_engine import _accumulate
+from nkisim.isa.tensor_engine import _accumulate, matmul_accumulates
 from nkisim.isa.vector import per_element_cost
 from nkisim.memory import Buffer, Tensor, dtype_name
 
@@ -280,6 +280,7 @@ def _dequantized(data: Tensor, scale: Tensor) -> np.ndarray:
     engines=(Engine.tensor,),
     cost=_nc_matmul_mx_cost,
     validate=_nc_matmul_mx_validate,
+    accumulates=matmul_accumulates,
     requires=("mx_formats",),
     dtypes="stationary/moving float8_e5m2_x4/float8_e4m3fn_x4/float4_e2m1fn_x4; scales uint8; dst fp32/bf16",
 )

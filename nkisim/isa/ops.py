@@ -48,6 +48,15 @@ class Op:
     reduce: np.ufunc | None = None
     valid_range: str = "[-inf, inf]"
 
+    def outside_valid_range(self, x: np.ndarray) -> int:
+        """How many of ``x`` lie outside :attr:`valid_range` (where the hardware's approximation is garbage)."""
+        if self.valid_range == "[-inf, inf]":
+            return 0
+        low, high, mirrored = _parse_range(self.valid_range)
+        magnitude = np.abs(x) if mirrored else x
+        with np.errstate(invalid="ignore"):
+            return int(np.count_nonzero(~((magnitude >= low) & (magnitude <= high))))
+
     @property
     def is_alu(self) -> bool:
         return self.binary is not None
@@ -138,6 +147,24 @@ def _arith(name: str, fn: Callable[[Any, Any], Any], reduce: np.ufunc | None = N
 
 def _bitvec(name: str, fn: Callable[[Any, Any], Any], reduce: np.ufunc | None = None) -> Op:
     return Op(name, OpKind.bitvec, binary=fn, reduce=reduce)
+
+
+def _bound(text: str) -> float:
+    text = text.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    text = text.lstrip("-")
+    if text.startswith("pi"):
+        return sign * np.pi / (float(text.split("/")[1]) if "/" in text else 1.0)
+    if text.startswith("2^"):
+        return sign * 2.0 ** int(text[2:])
+    return sign * float(text)
+
+
+def _parse_range(text: str) -> tuple[float, float, bool]:
+    """``"[2^-64, 2^64]"`` -> (low, high, False); ``"±[a, b]"``: the magnitude must lie in [a, b]."""
+    mirrored = text.startswith("±")
+    low, high = text.lstrip("±").strip("[]").split(",")
+    return _bound(low), _bound(high), mirrored
 
 
 def _act(name: str, fn: Callable[[np.ndarray], np.ndarray], valid_range: str = "[-inf, inf]") -> Op:

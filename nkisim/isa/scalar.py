@@ -28,6 +28,7 @@ from nkisim.isa.spec import (
 from nkisim.isa.vector import per_element_cost
 from nkisim.isa.vector_reduce import check_column
 from nkisim.memory import Tensor, to_dtype
+from nkisim.memory.dtypes import logging_active, note_outside_range
 
 _RESETS = (enums.reduce_cmd.reset, enums.reduce_cmd.reset_reduce)
 _ACCUMULATES = (enums.reduce_cmd.reduce, enums.reduce_cmd.reset_reduce)
@@ -119,6 +120,8 @@ def _activate(ops: ActivationOps | ActivationReduceOps) -> np.ndarray:
     if ops.bias is not None:
         x = x + per_partition(ops.bias, p)
     assert ops.op.unary is not None
+    if logging_active():
+        note_outside_range(ops.op.name, ops.op.valid_range, ops.op.outside_valid_range(x))
     with np.errstate(all="ignore"):
         return np.asarray(ops.op.unary(x.astype(np.float32, copy=False)), dtype=np.float32)
 

@@ -169,6 +169,9 @@ class Peer(Protocol):
         ...
 
 
+#: ``(operands) -> True | None | False``: whether the instruction adds onto ``dst``'s values
+#: (an associative accumulation): always, depending on what wrote them before, or never.
+Accumulates = Callable[[Any], "bool | None"]
 #: ``(operands, peer, arrival_ns, cost, compute, check) -> (not_before_ns, cost)``: meet the other cores.
 Synchronise = Callable[[Any, "Peer | None", float, Cost, bool, Check], tuple[float, Cost]]
 
@@ -188,6 +191,9 @@ class InstructionSpec:
     extra_accesses: ExtraAccesses | None = None
     #: Multi-core instructions (``core_barrier``, ``sendrecv``): meets the other cores before being placed.
     synchronise: Synchronise | None = None
+    #: Accumulating instructions (matmul into PSUM, DMA with ``dst_rmw_op``): the sanitizer lets
+    #: ``affine_range`` iterations accumulate into one tile with them.
+    accumulates: Accumulates | None = None
     #: The boolean :class:`~nkisim.hw.model.Capabilities` a target needs to have this instruction.
     requires: tuple[str, ...] = ()
     #: The operand data types, in words, for docs/isa.md.
@@ -219,6 +225,7 @@ def instruction(
     extra_accesses: ExtraAccesses | None = None,
     synchronise: Synchronise | None = None,
     registry: dict[str, InstructionSpec] | None = None,
+    accumulates: Accumulates | None = None,
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``.
 
@@ -245,6 +252,7 @@ def instruction(
             choose_engine=choose_engine,
             extra_accesses=extra_accesses,
             synchronise=synchronise,
+            accumulates=accumulates,
             requires=requires,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),

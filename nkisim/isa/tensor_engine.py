@@ -160,12 +160,18 @@ def _nc_matmul_cost(ops: NcMatmulOps, hw: HwConfig, engine: Engine) -> Cost:
     )
 
 
+def matmul_accumulates(ops: NcMatmulOps) -> bool | None:
+    """``accumulate=True`` adds onto PSUM, ``None`` adds where this tile's matmuls wrote before."""
+    return ops.accumulate
+
+
 @instruction(
     "nc_matmul",
     NcMatmulOps,
     engines=(Engine.tensor,),
     cost=_nc_matmul_cost,
     validate=_nc_matmul_validate,
+    accumulates=matmul_accumulates,
     dtypes="inputs fp8/bf16/fp16/tf32/fp32 (fp32/tf32 only with each other), dst fp32 (v4: or bf16)",
 )
 def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:

@@ -138,12 +138,14 @@ class ConversionLog:
         dtype: the integer type of the last conversion that lost values.
     """
 
-    __slots__ = ("dtype", "nan", "saturated")
+    __slots__ = ("dtype", "nan", "outside", "saturated")
 
     def __init__(self) -> None:
         self.saturated = 0
         self.nan = 0
         self.dtype: np.dtype | None = None
+        #: ``(function, valid range, count)`` of inputs outside an approximated function's valid range.
+        self.outside: list[tuple[str, str, int]] = []
 
     def note(self, rounded: np.ndarray, info: np.iinfo) -> None:
         """Count the values of ``rounded`` (float64) that ``info``'s type cannot hold."""
@@ -158,6 +160,7 @@ class ConversionLog:
     def clear(self) -> None:
         self.saturated = self.nan = 0
         self.dtype = None
+        self.outside = []
 
 
 _CONVERSIONS: ContextVar[ConversionLog | None] = ContextVar("nkisim_conversions", default=None)
@@ -166,6 +169,18 @@ _CONVERSIONS: ContextVar[ConversionLog | None] = ContextVar("nkisim_conversions"
 def logging(log: ConversionLog | None) -> object:
     """Make ``log`` count the lossy conversions of :func:`cast` in this context; returns a token to reset with."""
     return _CONVERSIONS.set(log)
+
+
+def note_outside_range(function: str, valid_range: str, count: int) -> None:
+    """Count inputs of an approximated function outside its valid range, if a log is active."""
+    log = _CONVERSIONS.get()
+    if log is not None and count:
+        log.outside.append((function, valid_range, count))
+
+
+def logging_active() -> bool:
+    """True while a :class:`ConversionLog` counts (the sanitizer is on)."""
+    return _CONVERSIONS.get() is not None
 
 
 def stop_logging(token: object) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.helpers import CALLABLE_OPS, HELPERS
+from nkisim.frontend.loops import AffineRange
 from nkisim.hw import load_target
 from nkisim.isa.registers import VirtualRegister
 from nkisim.memory import Buffer, DynSlice, Tensor, cast, to_dtype
@@ -226,19 +227,25 @@ def _shape(shape: Any, buffer: Buffer, partitions: int, loc: Any) -> tuple[int, 
 # -- loops and indexing ---------------------------------------------------------------
 
 
-def affine_range(start: int, stop: int | None = None, step: int = 1) -> range:
-    """Loop iterator for iterations without loop-carried dependencies (runs as Python ``range``)."""
-    return range(start, stop, step) if stop is not None else range(start)
+def affine_range(start: int, stop: int | None = None, step: int = 1) -> AffineRange:
+    """Loop iterator for iterations without loop-carried dependencies, except associative accumulation.
+
+    Runs like Python ``range``; with the sanitizer on (``check=``), a value carried from
+    one iteration to a later one is reported, and ``nkisim.run(..., affine_order=)``
+    may run the iterations reversed or shuffled (docs/checks.md).
+    """
+    values = range(start, stop, step) if stop is not None else range(start)
+    return AffineRange(values, user_location())
 
 
 def sequential_range(start: int, stop: int | None = None, step: int = 1) -> range:
     """Loop iterator for iterations with loop-carried dependencies (runs as Python ``range``)."""
-    return affine_range(start, stop, step)
+    return range(start, stop, step) if stop is not None else range(start)
 
 
 def static_range(start: int, stop: int | None = None, step: int = 1) -> range:
     """Fully unrolled loop iterator (runs as Python ``range``)."""
-    return affine_range(start, stop, step)
+    return range(start, stop, step) if stop is not None else range(start)
 
 
 def ds(start: int, size: int) -> DynSlice:

@@ -12,13 +12,16 @@ The checks, their rules and example messages are listed in docs/checks.md.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
 from nkisim.errors import CheckError, CheckWarning, Diagnostic, SourceLoc
-from nkisim.isa.spec import Access, Operands
-from nkisim.memory import Storage, Tensor, dtype_name
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa.spec import Access, InstructionSpec, Operands
+from nkisim.memory import Buffer, Storage, Tensor, dtype_name
 from nkisim.memory.dtypes import ConversionLog
+from nkisim.sim.loops import LoopTracker
 
 #: The values of ``check=``.
 CHECK_MODES = ("strict", "warn", "off")
@@ -42,12 +45,15 @@ class Findings:
 class Checker:
     """The sanitizer of one core in one attempt of a run (see the module docstring)."""
 
-    def __init__(self, findings: Findings, target: str) -> None:
+    def __init__(self, findings: Findings, hw: HwConfig) -> None:
         self.findings = findings
-        self.target = target
+        self.hw = hw
+        self.target = hw.name
         self._by_site: dict[tuple[str, str, int], Diagnostic] = {}
         self._shadows: dict[int, np.ndarray] = {}
         self.conversions = ConversionLog()
+        #: The ``affine_range`` loops running now (the front end enters and leaves them).
+        self.loops = LoopTracker()
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -92,18 +98,47 @@ class Checker:
             shape, strides = (*shape, t.itemsize), (*strides, 1)
         return np.ndarray(shape, np.uint8, buffer=shadow, offset=t.byte_offset, strides=strides)
 
-    def wrote(self, writes: list[tuple[str, Tensor]]) -> None:
-        """Mark what an instruction wrote on chip (a dynamic view: its whole allocation)."""
+    def before(
+        self,
+        spec: InstructionSpec,
+        engine: Engine,
+        loc: SourceLoc,
+        ops: Operands,
+        reads: list[tuple[str, Tensor]],
+        writes: list[tuple[str, Tensor]],
+    ) -> None:
+        """The checks of one instruction before it runs: its reads, its operands, its loops."""
+        opcode = f"nisa.{spec.name}"
+        accumulates = spec.accumulates is not None and spec.accumulates(ops) is not False
+        self._uninitialised(opcode, loc, reads, ops)
+        if engine is not Engine.dma:
+            for name, t in (*reads, *writes):
+                if _tracked(t) and not t.is_dynamic:
+                    self._operand_rules(opcode, loc, name, t)
+        if accumulates and spec.accumulates is not None and spec.accumulates(ops) is True:
+            self._accumulate_rule(opcode, loc, writes)
+        if self.loops.active:
+            self.loops.access(opcode, loc, reads, writes, accumulates, self._loop_finding(loc, opcode))
+
+    def after(self, spec: InstructionSpec, engine: Engine, writes: list[tuple[str, Tensor]]) -> None:
+        """Mark what an instruction wrote on chip (a dynamic view: its whole allocation).
+
+        PSUM bytes a Tensor Engine instruction wrote are marked 2, others 1 (see :meth:`_accumulate_rule`).
+        """
+        mark = 2 if engine is Engine.tensor else 1
         for _, t in writes:
             if not _tracked(t):
                 continue
             if t.is_dynamic:
                 r = t.region
-                self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = 1
+                self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = mark
             else:
-                self._view(t, every_byte=True)[...] = 1
+                self._view(t, every_byte=True)[...] = mark
 
-    def read(self, opcode: str, loc: SourceLoc, reads: list[tuple[str, Tensor]], ops: Operands) -> None:
+    def _loop_finding(self, loc: SourceLoc, opcode: str) -> Callable[[str, str, str], None]:
+        return lambda severity, check, rule: self.report(severity, check, loc, opcode, rule)
+
+    def _uninitialised(self, opcode: str, loc: SourceLoc, reads: list[tuple[str, Tensor]], ops: Operands) -> None:
         """Report the first read of never-written on-chip memory by this instruction's input operands.
 
         Operands that are both read and written (``InOut``) are left out: whether the old
@@ -122,18 +157,70 @@ class Checker:
                 "error",
                 "uninitialized-read",
                 loc,
-                f"nisa.{opcode}",
+                opcode,
                 f"{name} reads {len(missing)} of the {t.size} elements of {t.buffer.value.upper()} tile "
                 f"{t.name!r} {dtype_name(t.dtype)}{list(t.shape)} that were never written, the first at "
                 f"index {list(first)}; write them first (nl.zeros, nisa.memset, a load)",
             )
 
+    def _operand_rules(self, opcode: str, loc: SourceLoc, name: str, t: Tensor) -> None:
+        """The partition-start rule and the access-pattern field limits of an engine's on-chip operand."""
+        caps = self.hw.capabilities
+        start, count = t.region.r0, t.region.r1 - t.region.r0
+        if caps.partition_start_quadrants and not _legal_start(start, count):
+            self.report(
+                "error",
+                "partition-start",
+                loc,
+                opcode,
+                f"{name} accesses partitions {start}..{start + count - 1} of {t.name!r}: on this target an access "
+                f"of {count} partitions must start at {_legal_starts(count)}",
+            )
+        dims = _free_pattern(t, caps.access_pattern_max_size)
+        problem = None
+        if len(dims) > caps.access_pattern_free_dims:
+            problem = (
+                f"has {len(dims)} free dims, more than the {caps.access_pattern_free_dims} an access pattern holds"
+            )
+        elif any(size > caps.access_pattern_max_size for size, _ in dims):
+            problem = f"has a free dim of more than {caps.access_pattern_max_size} elements"
+        elif any(abs(stride) > caps.access_pattern_max_stride for _, stride in dims):
+            problem = f"has a free-dim stride beyond +-{caps.access_pattern_max_stride} elements"
+        if problem is not None:
+            pattern = ", ".join(f"[{stride}, {size}]" for size, stride in dims)
+            self.report(
+                "error",
+                "access-pattern",
+                loc,
+                opcode,
+                f"{name} ({t.name!r}, pattern [stride, size] {pattern}) {problem}; split the instruction",
+            )
+
+    def _accumulate_rule(self, opcode: str, loc: SourceLoc, writes: list[tuple[str, Tensor]]) -> None:
+        """``accumulate=True`` onto PSUM values that a non-matmul instruction wrote (undefined before v4)."""
+        if self.hw.capabilities.psum_accumulate_onto_any_write:
+            return
+        for name, t in writes:
+            if t.buffer is not Buffer.psum or t.is_dynamic or t.size == 0:
+                continue
+            marks = self._view(t, every_byte=False)
+            if np.any(marks == 1):
+                self.report(
+                    "warning",
+                    "psum-accumulate",
+                    loc,
+                    opcode,
+                    f"{name} accumulates onto PSUM tile {t.name!r}, which another engine wrote; on this target "
+                    "a matmul accumulation group must start with a matmul (write zeros with accumulate=False first)",
+                )
+                return
+
     # -- lossy conversions -------------------------------------------------------------
 
     def converted(self, opcode: str, loc: SourceLoc) -> None:
-        """Report float-to-integer writes of this instruction that saturated or met NaN."""
+        """Report float-to-integer writes that saturated or met NaN, and function inputs outside their valid range."""
         log = self.conversions
-        if not (log.saturated or log.nan):
+        if not (log.saturated or log.nan or log.outside):
             return
         info = np.iinfo(log.dtype) if log.dtype is not None else None
         parts = []
@@ -143,11 +230,50 @@ class Checker:
             )
         if log.nan:
             parts.append(f"{log.nan} NaN values became 0")
+        outside = list(log.outside)
         log.clear()
-        self.report(
-            "warning", "saturation", loc, f"nisa.{opcode}", "; ".join(parts) + " on the write to an integer dst"
-        )
+        if parts:
+            self.report(
+                "warning", "saturation", loc, f"nisa.{opcode}", "; ".join(parts) + " on the write to an integer dst"
+            )
+        for function, valid, count in outside:
+            self.report(
+                "warning",
+                "activation-range",
+                loc,
+                f"nisa.{opcode}",
+                f"{count} inputs of {function} lie outside its valid range {valid}, where the hardware's "
+                "approximation is undefined",
+            )
 
 
 def _tracked(t: Tensor) -> bool:
     return t.buffer.is_on_chip and t.storage.kind in ("sbuf", "psum")
+
+
+def _legal_start(start: int, count: int) -> bool:
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return start % 32 == 0
+
+
+def _legal_starts(count: int) -> str:
+    return "partition 0" if count > 64 else "partition 0 or 64" if count > 32 else "a multiple of 32"
+
+
+def _free_pattern(t: Tensor, max_size: int) -> list[tuple[int, int]]:
+    """The free-dim access pattern as (size, stride in elements), innermost last, size-1 dims dropped
+    and contiguous neighbours merged while the merged size still fits a pattern dim."""
+    array = t.array
+    dims = [(n, st // t.itemsize) for n, st in zip(array.shape[1:], array.strides[1:]) if n != 1]
+    merged: list[tuple[int, int]] = []
+    for size, stride in reversed(dims):
+        if merged:
+            inner_size, inner_stride = merged[-1]
+            if stride == inner_size * inner_stride and size * inner_size <= max_size:
+                merged[-1] = (size * inner_size, inner_stride)
+                continue
+        merged.append((size, stride))
+    return merged[::-1]

@@ -149,11 +149,11 @@ class Machine:
         self.memory.issued(len(self.scheduler.timeline), tensor_reads, tensor_writes)
         checker = self.checker
         if checker is not None:
-            checker.read(spec.name, loc, tensor_reads, ops)
+            checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes)
         if self.compute:
             self._execute(spec, ops, chk)
         if checker is not None:
-            checker.wrote(tensor_writes)
+            checker.after(spec, engine, tensor_writes)
         reads, writes = self._accesses(spec, ops, tensor_reads, tensor_writes)
         cost = spec.cost(ops, self.hw, engine)
         not_before = 0.0
