@@ -9,6 +9,7 @@ processor.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import weakref
@@ -33,6 +34,9 @@ class Record(NamedTuple):
     elements: int
     loc: SourceLoc
 
+
+#: Builds a :class:`Record` from a tuple without the keyword-argument constructor (hot path).
+_record = functools.partial(tuple.__new__, Record)
 
 _LOCS: dict[tuple[str, int], SourceLoc] = {}
 
@@ -195,35 +199,39 @@ class Core:
 
     def flush(self, loc: SourceLoc) -> None:
         """Turn the counters into records (one per kind of work done since the last record)."""
-        if not (
-            self.element_accesses
+        cfg = self.cfg
+        records = self.records
+        if self.element_accesses:
+            n, self.element_accesses = self.element_accesses, 0
+            records.append(_record(("element_access", n * cfg.element_access_cycles, 0, n, loc)))
+        if self.stream_accesses:
+            n, self.stream_accesses = self.stream_accesses, 0
+            records.append(_record(("stream_access", n * cfg.stream_access_cycles, 0, n, loc)))
+        if self.tcm_cycles:
+            records.append(_record(("tcm_compute", self.tcm_cycles, 0, 0, loc)))
+            self.tcm_cycles = 0.0
+        if self.stack_cycles:
+            records.append(_record(("stack_access", self.stack_cycles, 0, 0, loc)))
+            self.stack_cycles = 0.0
+        if self.aten_elements:
+            n, self.aten_elements = self.aten_elements, 0
+            records.append(_record(("aten", n * cfg.aten_cycles_per_element, 0, n, loc)))
+        if self.printf_calls:
+            n, self.printf_calls = self.printf_calls, 0
+            records.append(_record(("printf", n * cfg.printf_cycles, 0, n, loc)))
+
+    def transfer(self, opcode: str, nbytes: int, elements: int, loc: SourceLoc) -> None:
+        """Record a bulk HBM<->TCM copy after the work that came before it."""
+        if (
+            self.tcm_cycles
+            or self.element_accesses
             or self.stream_accesses
-            or self.tcm_cycles
             or self.stack_cycles
             or self.aten_elements
             or self.printf_calls
         ):
-            return
-        cfg = self.cfg
-        pending = (
-            ("element_access", self.element_accesses * cfg.element_access_cycles, self.element_accesses),
-            ("stream_access", self.stream_accesses * cfg.stream_access_cycles, self.stream_accesses),
-            ("tcm_compute", self.tcm_cycles, 0),
-            ("stack_access", self.stack_cycles, 0),
-            ("aten", self.aten_elements * cfg.aten_cycles_per_element, self.aten_elements),
-            ("printf", self.printf_calls * cfg.printf_cycles, self.printf_calls),
-        )
-        for opcode, cycles, elements in pending:
-            if cycles:
-                self.records.append(Record(opcode, cycles, 0, elements, loc))
-        self.element_accesses = self.stream_accesses = self.aten_elements = self.printf_calls = 0
-        self.tcm_cycles = self.stack_cycles = 0.0
-
-    def transfer(self, opcode: str, nbytes: int, elements: int, loc: SourceLoc) -> None:
-        """Record a bulk HBM<->TCM copy after the work that came before it."""
-        self.flush(loc)
-        cycles = self._dma_setup + nbytes / self._dma_rate
-        self.records.append(Record(opcode, cycles, nbytes, elements, loc))
+            self.flush(loc)
+        self.records.append(_record((opcode, self._dma_setup + nbytes / self._dma_rate, nbytes, elements, loc)))
 
     # -- TCM ----------------------------------------------------------------------------
 

@@ -412,6 +412,10 @@ class TcmAccessor:
     def __init__(self, tensor: DeviceTensor) -> None:
         self._tensor = tensor
         self._core = tensor._core
+        self._numel = tensor._flat.size
+        self._checked_buf: Any = None
+        self._checked_size = 0
+        self._checked_dtype: Any = None
 
     def _check(self, what: str, buf: Any, offset: int, count: int, loc: SourceLoc) -> None:
         core, tensor = self._core, self._tensor
@@ -447,17 +451,26 @@ class TcmAccessor:
             )
 
     def _fast(self, buf: Any, offset: int, count: int) -> bool:
-        """The common, legal case, checked cheaply (anything else goes through :meth:`_check`)."""
+        """The common, legal case, checked cheaply (anything else goes through :meth:`_check`).
+
+        A buffer that passed the type checks once is remembered (the last one), so a loop of
+        transfers through the same buffer only checks its offsets and counts.
+        """
+        if buf is not self._checked_buf or buf.dtype is not self._checked_dtype:
+            if not (
+                type(buf) is ChargedArray
+                and buf._core is self._core
+                and buf._kind == "tcm"
+                and buf.dtype == self._tensor.dtype
+            ):
+                return False
+            self._checked_buf, self._checked_size, self._checked_dtype = buf, buf.size, buf.dtype
         return (
-            type(buf) is ChargedArray
-            and buf._core is self._core
-            and buf._kind == "tcm"
-            and buf.dtype == self._tensor.dtype
-            and type(offset) is int
+            type(offset) is int
             and type(count) is int
             and offset >= 0
-            and 0 <= count <= buf.size
-            and offset + count <= self._tensor._flat.size
+            and 0 <= count <= self._checked_size
+            and offset + count <= self._numel
         )
 
     def tensor_to_tcm(self, buf: Any, offset: int, count: int) -> None:

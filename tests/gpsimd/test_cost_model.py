@@ -96,11 +96,11 @@ def test_profile_is_the_nki_profile_type_with_one_track_per_core(tmp_path: Path)
 
 
 def test_long_kernels_keep_every_cycle_in_few_records() -> None:
-    """Thousands of transfers are merged into at most ~256 records with the same total."""
+    """Thousands of transfers are merged into at most 128 records (plus the launch) with the same total."""
     op = library("many_ops", negate_tcm)
     x = np.ones(300_000, np.float32)
     result = gpsimd.run(op, [x])
-    assert len(result.profile.instructions) <= 260
+    assert len(result.profile.instructions) <= 128 + 1
     g = result.profile.hw.gpsimd_cores
     blocks = -(-x.size // 1024)
     per_block = 2 * g.tcm_dma_setup_cycles + 64 * g.simd_op_cycles + g.tcm_latency_cycles
