@@ -52,3 +52,37 @@ def test_derived_per_element_costs_match_the_published_mlp_figures() -> None:
     # TCM ReLU on 1024-element blocks: two transfers and one vector max per block
     per_block = 2 * (g.tcm_dma_setup_cycles + 4096 / g.tcm_dma_bytes_per_cycle) + 64 * g.simd_op_cycles + 3
     assert per_block / 1024 == pytest.approx(tcm_cycles, rel=0.01)
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_estimated_constants(target: str) -> None:
+    """The constants nobody publishes, pinned at the values docs/gpsimd.md gives ([estimate] in the TOML)."""
+    hw = load_target(target)
+    g = hw.gpsimd_cores
+    # launch overhead: 2 us on every generation, in cycles of that generation's GpSimd clock
+    assert g.launch_overhead_cycles / hw.gpsimd.clock_ghz == pytest.approx(2000.0)
+    # one 512-bit vector instruction per cycle; 64-cycle setup per HBM<->TCM transfer
+    assert g.simd_op_cycles == 1 and g.tcm_dma_setup_cycles == 64
+    # the stack: 1 cycle per element in local memory, 40 in NeuronCore memory ("longer access latency")
+    assert (g.local_stack_access_cycles, g.remote_stack_access_cycles) == (1, 40)
+    # ATen work on HBM tensors per element, and a printf call ("significantly degrades performance")
+    assert (g.aten_cycles_per_element, g.printf_cycles) == (8, 2000)
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_stream_cost_lies_between_tcm_and_element_costs(target: str) -> None:
+    """[derived] a stream element costs the TCM latency plus its share of refilling a 4 KB buffer at the
+    TCM transfer rate: 3 + (64 + 4096 / 1.22) / 1024 = 6.34 cycles (the TOML rounds to 6.5)."""
+    g = load_target(target).gpsimd_cores
+    per_fp32 = g.stream_buffer_bytes // 4
+    refill = (g.tcm_dma_setup_cycles + g.stream_buffer_bytes / g.tcm_dma_bytes_per_cycle) / per_fp32
+    assert g.stream_access_cycles == pytest.approx(g.tcm_latency_cycles + refill, rel=0.05)
+    # the API reference orders the accessors: standard slowest, stream in between, TCM fastest
+    assert g.element_access_cycles > g.stream_access_cycles > g.tcm_latency_cycles
+
+
+def test_per_cycle_constants_are_the_same_on_every_generation() -> None:
+    """docs/gpsimd.md: calibrated on trn1; trn2 and trn3 differ only in the clock (so in launch cycles)."""
+    trn1 = load_target("trn1").gpsimd_cores.model_dump(exclude={"launch_overhead_cycles"})
+    for target in ("trn2", "trn3"):
+        assert load_target(target).gpsimd_cores.model_dump(exclude={"launch_overhead_cycles"}) == trn1
