@@ -1,0 +1,222 @@
+"""After the members ran: partitions of the index space, and the footprint checks of what each member touched.
+
+* **Partition.** ``contiguous``: the hardware-like split of the index space into one box per TPC
+  (the largest dimensions first). ``shuffle``: Habana's test-harness split into at most 32 boxes by
+  repeated halving, run in a random order spread over the TPCs, to expose order dependence.
+* **Access patterns.** Each vector access of a tensor must lie inside ``a*i + [start_b, end_b]``
+  for the member's index-space range ``i`` in every dimension (accesses clipped to the tensor; an
+  ``allRequired`` tensor is not checked).
+* **Races.** Members run in any order and concurrently: no member may read or write elements
+  another member writes.
+* **Coverage.** Every element of every output is written by some member.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from nkisim.errors import SourceLoc
+from nkisim.tpc.errors import TpcAccessPatternError, TpcRaceError, TpcUnwrittenOutputError
+from nkisim.tpc.glue import TensorAccessPattern
+from nkisim.tpc.trace import AccessRow, TensorState, access_loc
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """``n`` points in ``parts`` contiguous chunks (sizes differ by at most one): (start, size)."""
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for k in range(parts):
+        size = base + (k < extra)
+        out.append((start, size))
+        start += size
+    return out
+
+
+def partition(geometry: list[int], tpcs: int, order: str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Boxes ``(offset, size)`` (int5 each) covering the index space, in the order they run."""
+    geo = np.ones(5, dtype=np.int64)
+    geo[: len(geometry)] = geometry
+    if order == "contiguous":
+        factors = [1] * 5
+        remaining = tpcs
+        for d in sorted(range(5), key=lambda d: (-geo[d], -d)):
+            f = int(min(geo[d], remaining))
+            factors[d] = max(f, 1)
+            remaining //= max(f, 1)
+            if remaining <= 1:
+                break
+        chunks = [_split(int(geo[d]), factors[d]) for d in range(5)]
+        boxes = []
+        for combo in itertools.product(*reversed(chunks)):
+            parts = combo[::-1]
+            boxes.append((np.array([p[0] for p in parts]), np.array([p[1] for p in parts])))
+        return boxes
+    boxes = [(np.zeros(5, dtype=np.int64), geo.copy())]
+    while len(boxes) < 32:  # halve the box with the longest dimension, along it
+        k = max(range(len(boxes)), key=lambda i: int(boxes[i][1].max()))
+        off, size = boxes[k]
+        d = int(np.argmax(size))
+        if size[d] < 2:
+            break
+        half = size[d] // 2
+        s1, s2, o2 = size.copy(), size.copy(), off.copy()
+        s1[d], s2[d] = half, size[d] - half
+        o2[d] += half
+        boxes[k : k + 1] = [(off, s1), (o2, s2)]
+    rng = np.random.default_rng(seed)
+    return [boxes[i] for i in rng.permutation(len(boxes))]
+
+
+def _rows(access: list[AccessRow]) -> dict[str, np.ndarray]:
+    n = len(access)
+    return {
+        "tensor": np.fromiter((r[0] for r in access), dtype=np.int64, count=n),
+        "member": np.fromiter((r[1] for r in access), dtype=np.int64, count=n),
+        "coords": np.array([r[2] for r in access], dtype=np.int64).reshape(n, 5),
+        "lanes": np.fromiter((r[3] for r in access), dtype=np.int64, count=n),
+        "store": np.fromiter((r[4] for r in access), dtype=bool, count=n),
+    }
+
+
+class Footprint:
+    """The logged accesses of a run, as arrays, and the checks over them."""
+
+    def __init__(self, access: list[AccessRow], tensors: list[TensorState], where: dict[str, Any]) -> None:
+        self.access = access
+        self.tensors = tensors
+        self.rows = _rows(access) if access else None
+        self.where = where  # kernel, device, kernel loc, member -> tpc
+
+    def _error(self, cls: type, rule: str, loc: SourceLoc, member: int | None = None) -> Exception:
+        w = self.where
+        tpc = None if member is None else w["tpc_of"][member]
+        return cls(rule, loc=loc, kernel=w["kernel"], tpc=tpc, member=member, device=w["device"])
+
+    def counts(self, store: bool) -> dict[int, int]:
+        """Vector loads (or stores) per tensor."""
+        if self.rows is None:
+            return {}
+        sel = self.rows["store"] == store
+        found = np.bincount(self.rows["tensor"][sel], minlength=len(self.tensors))
+        return {i: int(c) for i, c in enumerate(found) if c}
+
+    def check_patterns(self, patterns: dict[int, TensorAccessPattern], lo: np.ndarray, hi: np.ndarray) -> None:
+        """Every access inside its member's declared range, dimension by dimension."""
+        if self.rows is None:
+            return
+        r = self.rows
+        for t, pattern in patterns.items():
+            if pattern.allRequired:
+                continue
+            sel = np.flatnonzero(r["tensor"] == t)
+            if not sel.size:
+                continue
+            sizes = self.tensors[t].sizes
+            coords, member, lanes = r["coords"][sel], r["member"][sel], r["lanes"][sel]
+            first = coords.copy()
+            last = coords.copy()
+            last[:, 0] += lanes - 1
+            first = np.maximum(first, 0)
+            last = np.minimum(last, sizes - 1)
+            inside = np.all(first <= last, axis=1)
+            for d, m in enumerate(pattern.mapping[:5]):
+                if sizes[d] == 1 and d > 0 and m.a == 0 and m.start_b == 0 and m.end_b == 0:
+                    continue
+                j = m.indexSpaceDim
+                allowed_lo = m.a * lo[member, j] + m.start_b
+                allowed_hi = m.a * (hi[member, j] - 1) + m.end_b
+                bad = inside & ((first[:, d] < allowed_lo) | (last[:, d] > allowed_hi))
+                if bad.any():
+                    k = int(np.flatnonzero(bad)[0])
+                    row = self.access[int(sel[k])]
+                    kind = "writes" if row[4] else "reads"
+                    mb = int(member[k])
+                    raise self._error(
+                        TpcAccessPatternError,
+                        f"{kind} tensor {t} dim {d} elements {int(first[k, d])}..{int(last[k, d])}, outside its access "
+                        f"pattern a*i + [start_b, end_b] = {m.a:g}*i + [{m.start_b:g}, {m.end_b:g}] over index-space "
+                        f"dim {j} i = {int(lo[mb, j])}..{int(hi[mb, j]) - 1} "
+                        f"(allowed {allowed_lo[k]:g}..{allowed_hi[k]:g})",
+                        access_loc(row),
+                        mb,
+                    )
+
+    def _elements(self, t: int, store: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flat elements a tensor's loads (or stores) touch in bounds, with their member and access row."""
+        r = self.rows
+        assert r is not None
+        sel = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        if not sel.size:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        lanes = int(r["lanes"][sel[0]])
+        index, ok = self.tensors[t].elements(r["coords"][sel], lanes)
+        member = np.broadcast_to(r["member"][sel][:, None], index.shape)
+        row = np.broadcast_to(sel[:, None], index.shape)
+        return index[ok], member[ok], row[ok]
+
+    def check_races(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """No member touches what another writes; returns each written tensor's (elements, members)."""
+        written: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if self.rows is None:
+            return written
+        r = self.rows
+        for t in np.unique(r["tensor"][r["store"]]).tolist():
+            w_idx, w_mem, w_row = self._elements(t, True)
+            owner = np.full(self.tensors[t].data.size, -1, dtype=np.int64)
+            owner[w_idx] = w_mem
+            clash = np.flatnonzero(owner[w_idx] != w_mem)
+            if clash.size:
+                k = int(clash[0])
+                other = int(owner[w_idx[k]])
+                raise self._error(
+                    TpcRaceError,
+                    f"writes tensor {t} element {self._coords(t, int(w_idx[k]))} that member {other} "
+                    f"(TPC {self.where['tpc_of'][other]}) also writes: members run in any order, so the result "
+                    "depends on the order",
+                    access_loc(self.access[int(w_row[k])]),
+                    int(w_mem[k]),
+                )
+            r_idx, r_mem, r_row = self._elements(t, False)
+            if r_idx.size:
+                o = owner[r_idx]
+                bad = np.flatnonzero((o >= 0) & (o != r_mem))
+                if bad.size:
+                    k = int(bad[0])
+                    other = int(o[k])
+                    store_rows = w_row[(w_idx == r_idx[k]) & (w_mem == other)]
+                    store_at = access_loc(self.access[int(store_rows[0])])
+                    raise self._error(
+                        TpcRaceError,
+                        f"store-then-load race: loads tensor {t} element {self._coords(t, int(r_idx[k]))} that member "
+                        f"{other} (TPC {self.where['tpc_of'][other]}) stores at {store_at}; members run in any order "
+                        "and concurrently, so a member must not read what another writes",
+                        access_loc(self.access[int(r_row[k])]),
+                        int(r_mem[k]),
+                    )
+            written[t] = (w_idx, w_mem)
+        return written
+
+    def check_coverage(self, outputs: list[int], written: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Every element of every output written by some member."""
+        for t in outputs:
+            covered = np.zeros(self.tensors[t].data.size, dtype=bool)
+            if t in written:
+                covered[written[t][0]] = True
+            if not covered.all():
+                missing = np.flatnonzero(~covered)
+                raise self._error(
+                    TpcUnwrittenOutputError,
+                    f"{missing.size} of {covered.size} elements of output tensor {t} were written by no member "
+                    f"(the first at {self._coords(t, int(missing[0]))}, TPC order dim0 first): check the index space "
+                    "and the kernel's loops",
+                    self.where["loc"],
+                )
+
+    def _coords(self, t: int, flat: int) -> list[int]:
+        tensor = self.tensors[t]
+        rank = max(1, tensor.data.ndim)
+        return [int(flat // int(tensor.strides[d]) % int(tensor.sizes[d])) for d in range(rank)]

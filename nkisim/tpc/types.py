@@ -1,0 +1,161 @@
+"""TPC-C value types: 2048-bit vectors, predicates, pairs and ``int5`` coordinates.
+
+A vector value is an immutable handle (:class:`Vec`) on a node of the kernel's trace; its lanes are
+computed in batches with numpy (see :mod:`nkisim.tpc.trace`). Like on the hardware, a kernel cannot
+read a lane back into a scalar, so its control flow never waits for vector data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+#: The vector register width, in bytes (every vector type fills it).
+VECTOR_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class VType:
+    """A TPC-C vector or predicate type.
+
+    Attributes:
+        name: the TPC-C name (``float64``, ``bfloat128``, ``bool64``, ...).
+        prefix: the intrinsic-name prefix of its element type (``f32``, ``bf16``, ...).
+        dtype: the numpy element type (``bool`` for predicates).
+        lanes: elements per vector.
+        code: a small integer id.
+    """
+
+    name: str
+    prefix: str
+    dtype: np.dtype
+    lanes: int
+    code: int
+
+    @property
+    def is_predicate(self) -> bool:
+        return self.dtype == np.bool_
+
+    @property
+    def is_float(self) -> bool:
+        return self.prefix in ("f32", "bf16", "f16")
+
+
+_SPECS = [
+    ("float64", "f32", np.float32),
+    ("bfloat128", "bf16", ml_dtypes.bfloat16),
+    ("half128", "f16", np.float16),
+    ("int64", "i32", np.int32),
+    ("uint64", "u32", np.uint32),
+    ("short128", "i16", np.int16),
+    ("ushort128", "u16", np.uint16),
+    ("char256", "i8", np.int8),
+    ("uchar256", "u8", np.uint8),
+]
+
+#: Vector types by TPC-C name.
+VTYPES: dict[str, VType] = {}
+#: Vector types by intrinsic prefix (``f32`` -> ``float64``).
+BY_PREFIX: dict[str, VType] = {}
+for _code, (_name, _prefix, _dt) in enumerate(_SPECS):
+    _vt = VType(_name, _prefix, np.dtype(_dt), VECTOR_BYTES // np.dtype(_dt).itemsize, _code)
+    VTYPES[_name] = _vt
+    BY_PREFIX[_prefix] = _vt
+for _lanes in (64, 128, 256):
+    _code += 1
+    VTYPES[f"bool{_lanes}"] = VType(f"bool{_lanes}", f"b{_lanes}", np.dtype(np.bool_), _lanes, _code)
+#: Every type by its code.
+BY_CODE = {vt.code: vt for vt in VTYPES.values()}
+#: Vector types by numpy dtype (for tensors).
+BY_DTYPE = {vt.dtype: vt for vt in BY_PREFIX.values()}
+
+
+def predicate_type(lanes: int) -> VType:
+    """``bool64``, ``bool128`` or ``bool256``."""
+    return VTYPES[f"bool{lanes}"]
+
+
+def _no_arithmetic(name: str) -> Any:
+    def refuse(self: Vec, *other: object) -> Any:
+        raise TypeError(
+            f"{name} on a {self.vtype.name} value: use the intrinsics (ctx.v_{self.vtype.prefix}_add_b, ...), "
+            "which record the instruction the TPC runs"
+        )
+
+    return refuse
+
+
+class Vec(int):
+    """An immutable vector (or predicate) value: a handle on a node of the trace and its type.
+
+    A small integer (``node * 16 + type code``), so that millions of them cost the garbage collector
+    nothing. Its lanes are not readable by the kernel (see :meth:`nkisim.tpc.TpcContext.lanes` to debug).
+
+    Attributes:
+        id: the node's index in its trace.
+        vtype: its :class:`VType`.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, node: int, vtype: VType) -> Vec:
+        return int.__new__(cls, node << 4 | vtype.code)
+
+    @property
+    def id(self) -> int:
+        return int.__rshift__(self, 4)
+
+    @property
+    def vtype(self) -> VType:
+        return BY_CODE[int.__and__(self, 15)]
+
+    def __repr__(self) -> str:
+        return f"<{self.vtype.name} #{self.id}>"
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"a {self.vtype.name} is a vector of lanes, not one truth value: a TPC kernel cannot branch on "
+            "vector data; use a select (v_*_sel_*) or a predicated intrinsic (_vb)"
+        )
+
+    def __index__(self) -> int:
+        raise TypeError(f"a {self.vtype.name} value is not an index: a TPC kernel cannot read vector lanes")
+
+    __add__ = __radd__ = _no_arithmetic("+")
+    __sub__ = __rsub__ = _no_arithmetic("-")
+    __mul__ = __rmul__ = _no_arithmetic("*")
+    __truediv__ = __rtruediv__ = _no_arithmetic("/")
+    __floordiv__ = __mod__ = _no_arithmetic("// or %")
+    __neg__ = __abs__ = __invert__ = _no_arithmetic("a unary operator")
+    __and__ = __or__ = __xor__ = __lshift__ = __rshift__ = _no_arithmetic("a bitwise operator")
+    __lt__ = __le__ = __gt__ = __ge__ = _no_arithmetic("a comparison")
+    __float__ = __int__ = _no_arithmetic("a conversion to a Python number")
+
+
+#: ``node`` and type code of a Vec, for the recording fast paths.
+node_of = int.__rshift__
+code_of = int.__and__
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A pair of vectors (``float128`` = two ``float64``), as the conversions between widths make.
+
+    Attributes:
+        v1: the first vector (lanes 0..63 of the wider type in nkisim's model).
+        v2: the second vector (the following lanes).
+    """
+
+    v1: Vec
+    v2: Vec
+
+
+def int5(values: object = (0, 0, 0, 0, 0)) -> np.ndarray:
+    """An ``int5`` coordinate: a numpy int32[5], dim0 (the fastest-changing dimension) first."""
+    array = np.zeros(5, dtype=np.int32)
+    given = np.asarray(values, dtype=np.int64).reshape(-1)
+    array[: min(5, given.size)] = given[:5]
+    return array
