@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import ml_dtypes
@@ -145,6 +146,12 @@ def test_a_factory_is_called_with_each_points_parameters():
     assert all(r.ok and r.instruction_count == 3 for r in table)
 
 
+def test_a_factory_returning_no_kernel_is_a_recorded_error():
+    table = nkisim.sweep(lambda repeats: copies if repeats else 42, SPEC, params={"repeats": [0, 1]})
+    assert table[0].error == "TypeError: the factory returned int, not a kernel"
+    assert table[1].ok and table[1].instruction_count == 3
+
+
 def test_failed_points_are_recorded_and_the_sweep_goes_on():
     table = nkisim.sweep(sized, SPEC, params={"free": [64, 10**6, 128]}, targets=["trn1"])
     assert [r.ok for r in table] == [True, False, True]
@@ -267,6 +274,70 @@ def test_a_dask_cluster_gives_the_same_records_bit_for_bit():
     assert "SBUF" in failed[0].error
 
 
+def _local_cluster(distributed):
+    return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+
+
+def test_the_example_sweep_is_bit_identical_on_a_process_pool_and_a_dask_cluster():
+    """The tuning example's 120-point grid (60 block settings x trn1, trn2) on a 512 x 512 x 1024 problem:
+    18 settings tile it on each target, the others fail the kernel's assert; every executor gives the
+    same records, simulated times bit for bit and error messages word for word."""
+    distributed = pytest.importorskip("distributed", reason="Dask distributed is not installed (nkisim[cluster])")
+    from nkisim.examples import tune_matmul
+
+    small = {"lhsT": ((512, 512), BF16), "rhs": ((512, 1024), BF16)}
+    here = tune_matmul.tune(progress=False, shapes=small)
+    assert len(here) == 120 and len(here.failures) == 120 - 2 * 18
+    assert {r.error for r in here.failures} == {"AssertionError: shape must tile into blocks"}
+    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+        pooled = tune_matmul.tune(pool, progress=False, shapes=small)
+    with _local_cluster(distributed) as cluster, distributed.Client(cluster) as client:
+        clustered = tune_matmul.tune(client, progress=False, shapes=small)
+    assert fingerprint(pooled) == fingerprint(here)
+    assert fingerprint(clustered) == fingerprint(here)
+
+
+def test_a_dask_worker_that_dies_is_reported_and_the_sweep_finishes():
+    distributed = pytest.importorskip("distributed", reason="Dask distributed is not installed (nkisim[cluster])")
+    import dask
+
+    # Dask reruns a task whose worker died; with no retries allowed it gives up at once (KilledWorker)
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        _local_cluster(distributed) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        table = nkisim.sweep(dies_at_three, SPEC, params={"n": [1, 3, 2]}, executor=client)
+    assert [r.ok for r in table] == [True, False, True]
+    assert table[1].error.startswith("worker process died: KilledWorker:")
+    assert table[0].instruction_count == table[2].instruction_count == 3
+
+
+def test_the_progress_bar_counts_points_and_failures_with_time_left(capsys):
+    table = nkisim.sweep(sized, SPEC, params={"free": [64, 10**6, 128]}, targets=["trn1"], progress=True)
+    assert len(table.failures) == 1
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()[-1]
+    assert bar.startswith("sweep: 100%") and "3/3" in bar and "failed=1" in bar
+    assert "<00:00" in bar  # tqdm's elapsed<remaining
+
+
+def test_the_cli_in_process_shows_progress_and_writes_the_chart(tmp_path, capsys):
+    from nkisim.__main__ import main
+
+    kernel_file = Path(nkisim.__file__).parent / "examples" / "matmul.py"
+    out_html, results = tmp_path / "s.html", tmp_path / "s.jsonl"
+    argv = ["sweep", f"{kernel_file}:matmul_optimized", "--param", "blocks_m=1,2,4", "--param", "blocks_n=1"]
+    argv += ["--param", "blocks_k=1", "--target", "trn1", "--shapes", "256x256:bfloat16", "256x512:bfloat16"]
+    argv += ["--plot", str(out_html), "--results", str(results), "--progress"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "3/3" in captured.err and "failed=1" in captured.err  # blocks_m=4 does not tile 256 rows
+    assert captured.out.startswith("trn1: best ") and "failed trn1 {'blocks_m': 4" in captured.out
+    assert out_html.read_text().count('class="best"') == 3  # one chart per parameter, the best ringed in each
+    assert main([*argv[:-1], "--no-progress"]) == 0  # resumed: all three points come from the results file
+    assert len(results.read_text().splitlines()) == 3
+
+
 # -- the chart and the command line ------------------------------------------------------------
 
 
@@ -281,20 +352,73 @@ def test_plot_draws_one_chart_per_parameter_with_the_best_marked(tmp_path):
     assert "<script" not in page and "src=" not in page
 
 
+def _png_rgb(data: bytes) -> np.ndarray:
+    """The pixels of an 8-bit RGB or RGBA, non-interlaced PNG as an [h, w, 3] uint8 array (PNG spec, section 9)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, chunks, header = 8, [], b""
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        header = body if kind == b"IHDR" else header
+        chunks += [body] if kind == b"IDAT" else []
+        pos += 12 + length
+    width, height = int.from_bytes(header[0:4], "big"), int.from_bytes(header[4:8], "big")
+    assert header[8] == 8 and header[9] in (2, 6) and header[12] == 0, "8-bit RGB(A), not interlaced"
+    bpp = 3 if header[9] == 2 else 4
+    raw = np.frombuffer(zlib.decompress(b"".join(chunks)), np.uint8).reshape(height, 1 + width * bpp)
+    image = np.zeros((height, width * bpp), np.int32)
+    previous = np.zeros(width * bpp, np.int32)
+    for y in range(height):
+        kind, line = raw[y, 0], raw[y, 1:].astype(np.int32)
+        if kind == 0:
+            row = line
+        elif kind == 2:  # Up
+            row = (line + previous) & 255
+        elif kind == 1:  # Sub: each byte adds the reconstructed byte one pixel to its left
+            row = (np.cumsum(line.reshape(width, bpp), axis=0) & 255).reshape(-1)
+        else:  # Average (3) and Paeth (4) depend on the byte to the left: byte by byte
+            row = np.zeros_like(line)
+            for i in range(line.size):
+                a = int(row[i - bpp]) if i >= bpp else 0
+                b, c = int(previous[i]), int(previous[i - bpp]) if i >= bpp else 0
+                if kind == 3:
+                    row[i] = (line[i] + (a + b) // 2) & 255
+                else:
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    row[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        image[y], previous = row, row
+    return image.reshape(height, width, bpp)[:, :, :3].astype(np.uint8)
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
 def test_the_chart_renders_in_headless_chromium(tmp_path):
+    """The page renders, and the two targets' series appear in their colours (the plot's palette)."""
     table = nkisim.sweep(copies, SPEC, params={"repeats": [1, 2, 4], "width": [64, 128]}, targets=["trn1", "trn2"])
     page, shot = tmp_path / "sweep.html", tmp_path / "sweep.png"
     table.plot(page)
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
     flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
     subprocess.run(
-        ["chromium", *flags, f"--user-data-dir={tmp_path / 'p'}", f"--screenshot={shot}", page.as_uri()],
+        [
+            "chromium",
+            *flags,
+            f"--user-data-dir={tmp_path / 'p'}",
+            f"--screenshot={shot}",
+            "--window-size=700,900",
+            page.as_uri(),
+        ],
         check=True,
         capture_output=True,
         timeout=120,
     )
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = shot.read_bytes()
+    assert len(png) > 10_000  # a page with drawn charts, as for the profile report
+    pixels = _png_rgb(png).astype(np.int32)
+    for colour in ((0x4E, 0x79, 0xA7), (0xE1, 0x57, 0x59)):  # trn1 and trn2 series
+        near = np.abs(pixels - np.array(colour)).sum(axis=2) < 40
+        assert near.sum() > 100, colour
+    assert (pixels.sum(axis=2) < 200).sum() > 500  # dark axes and labels
 
 
 def test_cli_sweeps_a_kernel_file_and_writes_csv_and_chart(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+from typing import Any
 
 import ml_dtypes
 
@@ -29,9 +30,14 @@ DEFAULT = {"blocks_m": 16, "blocks_n": 2, "blocks_k": 8}
 TARGETS = ["trn1", "trn2"]
 
 
-def tune(executor: object = None, progress: bool | None = None) -> SweepTable:
-    """Sweep the block sizes on each target; returns the table of every point."""
-    return sweep(matmul_optimized, SHAPES, params=PARAMS, targets=TARGETS, executor=executor, progress=progress)
+def tune(executor: object = None, progress: bool | None = None, shapes: dict[str, Any] | None = None) -> SweepTable:
+    """Sweep the block sizes on each target; returns the table of every point.
+
+    ``shapes`` replaces the problem (default :data:`SHAPES`); on a smaller one, the block counts
+    that do not tile it are recorded as failed points.
+    """
+    problem = SHAPES if shapes is None else shapes
+    return sweep(matmul_optimized, problem, params=PARAMS, targets=TARGETS, executor=executor, progress=progress)
 
 
 def report(table: SweepTable) -> str:

@@ -31,7 +31,9 @@ def add_sweep_command(commands: Any, generations: list[str]) -> None:
     cmd.add_argument("--results", default=None, help="JSON-lines file of records; points already in it are skipped")
     cmd.add_argument("--csv", default=None, help="write every record to this CSV file")
     cmd.add_argument("--plot", default=None, help="write an HTML chart of time against each parameter")
-    cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bar = cmd.add_mutually_exclusive_group()
+    bar.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+    bar.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def parse_param(text: str) -> tuple[str, list[Any]]:
@@ -85,7 +87,7 @@ def sweep_command(
             params=params,
             targets=targets,
             executor=executor,
-            progress=False if args.no_progress else None,
+            progress=True if args.progress else (False if args.no_progress else None),
             results=args.results,
         )
     print(table.summary())

@@ -227,7 +227,9 @@ def _outcome(future: concurrent.futures.Future[SweepRecord], point: Point) -> Sw
     try:
         return future.result()
     except Exception as exc:
-        what = "worker process died" if isinstance(exc, concurrent.futures.BrokenExecutor) else "worker failed"
+        # a process pool breaks when a worker dies; Dask gives up on a task whose workers died (KilledWorker)
+        died = isinstance(exc, concurrent.futures.BrokenExecutor) or type(exc).__name__ == "KilledWorker"
+        what = "worker process died" if died else "worker failed"
         return SweepRecord(point.params, _target_name(point), error=_one_line(f"{what}: {type(exc).__name__}: {exc}"))
 
 
