@@ -215,8 +215,12 @@ def _emit(
     income: Any,
     out: VType | None = None,
     cls: int | None = None,
+    types: tuple[VType, ...] = (),
 ) -> Vec:
-    """Record one intrinsic with a result: its node and its micro-op."""
+    """Record one intrinsic with a result: its node and its micro-op.
+
+    ``types`` are the operands' element types where they differ from the spec's (for scalars).
+    """
     t = ctx._t
     out = out or spec.out
     vb = None
@@ -226,6 +230,7 @@ def _emit(
         vb = bool(polarity)
         args = (*args, predicate, 0 if income is None else income)
         kinds = (*kinds, K_PRED, K_SRC)
+        types = (*(types or (spec.vtype,) * (len(args) - 2)), predicate.vtype, out)
     elif not (bool(predicate) ^ bool(polarity)):  # predicated off: the result is the income
         return _emit(
             ctx,
@@ -246,7 +251,7 @@ def _emit(
     level = 0
     base = t.base
     node_uop = t.node_uop
-    for x, k in zip(args, kinds):
+    for p, (x, k) in enumerate(zip(args, kinds)):
         if type(x) is Vec:
             i = x.id
             pattern.append(x.vtype.code)
@@ -256,7 +261,7 @@ def _emit(
             if i >= base and t.level[i] >= level:
                 level = t.level[i] + 1
         else:
-            pattern.append(SCALAR)
+            pattern.append(SCALAR - (types[p] if p < len(types) else spec.vtype).code)
             ops.append(x)
     u = t.uop(spec.slot, spec.cls if cls is None else cls, tuple(srcs), tuple(skinds))
     return t.node((spec.sem, tuple(pattern), statics, out.code, spec.vtype.code, vb), tuple(ops), out, level, u)
@@ -269,7 +274,7 @@ def _binary(spec: IntrinsicSpec) -> Callable[..., Vec]:
     vt, out, cls, sem = spec.vtype, spec.out, spec.cls, spec.sem
     assert out is not None
     key_vv = (sem, (vt.code, vt.code), (0,), out.code, vt.code, None)
-    key_vs = (sem, (vt.code, SCALAR), (0,), out.code, vt.code, None)
+    key_vs = (sem, (vt.code, SCALAR - vt.code), (0,), out.code, vt.code, None)
     vcode = vt.code
     fast_ok = not spec.vector_predicate
 
@@ -364,7 +369,9 @@ def _sel(spec: IntrinsicSpec) -> Callable[..., Vec]:
         _operand(self, spec, "b", b, vt)
         _operand(self, spec, "c", c, ot)
         _operand(self, spec, "d", d, ot)
-        return _emit(self, spec, (a, b, c, d), (K_SRC,) * 4, (switches,), predicate, polarity, income)
+        return _emit(
+            self, spec, (a, b, c, d), (K_SRC,) * 4, (switches,), predicate, polarity, income, types=(vt, vt, ot, ot)
+        )
 
     return method
 
@@ -433,12 +440,13 @@ def _bits(spec: IntrinsicSpec) -> Callable[..., Vec]:
 def _chain(ctx: Any, x: Vec, steps: list[tuple[int, int, int]], op_cls: int) -> int:
     """Micro-ops of a macro (reduction, special function): ``(slot, class, memory)`` steps, each on the last."""
     t = ctx._t
-    prev = t.node_uop[x.id]
-    kind = K_SRC
-    for slot, cls, mem in steps:
-        prev = t.uop(slot, cls, (prev,), (kind,), mem)
-        kind = K_ACC if cls == C_FMA and op_cls == C_FMA else K_SRC
-    return prev
+    uops = t.uops
+    base = len(uops)
+    (slot, cls, mem), rest = steps[0], steps[1:]
+    uops.append((slot, cls, t.node_uop[x.id], -1, -1, -1, K_SRC, 0, 0, 0, mem, -1))
+    kinds = [K_ACC if c == C_FMA and op_cls == C_FMA and i > 0 else K_SRC for i, (_, c, _) in enumerate(steps)]
+    uops.extend([(sl, c, base + i, -1, -1, -1, kinds[i + 1], 0, 0, 0, m, -1) for i, (sl, c, m) in enumerate(rest)])
+    return len(uops) - 1
 
 
 def _reduce(spec: IntrinsicSpec) -> Callable[..., Vec]:

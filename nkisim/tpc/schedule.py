@@ -20,6 +20,7 @@ The function is plain Python over numpy arrays (the readable reference) and is c
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numba
@@ -180,7 +181,7 @@ schedule_member = numba.njit(cache=True)(schedule_reference)
 
 def member_arrays(uops: list[tuple[int, ...]], first: int) -> tuple[np.ndarray, ...]:
     """The scheduler's input arrays for micro-ops ``uops`` (one member's, numbered from ``first``)."""
-    table = np.array(uops, dtype=np.int64).reshape(len(uops), 12)
+    table = np.fromiter(itertools.chain.from_iterable(uops), dtype=np.int64, count=12 * len(uops)).reshape(-1, 12)
     srcs = table[:, 2:6] - first
     nsrc = np.count_nonzero(table[:, 2:6] >= 0, axis=1)
     srcs[srcs < 0] = -1  # none, or a value from outside this member (ready at the start)

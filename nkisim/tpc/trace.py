@@ -26,8 +26,9 @@ from nkisim.tpc.types import BY_CODE, VECTOR_BYTES, Vec, VType
 #: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
 Semantics = Callable[[list[np.ndarray], tuple[Any, ...]], np.ndarray]
 
-#: Operand kinds in a node's pattern, besides a vector operand's type code (>= 0).
-SCALAR = -1
+#: Operand kinds in a node's pattern, besides a vector operand's type code (>= 0): a scalar of the
+#: type with code ``c`` is ``SCALAR - c``; int5 coordinates are ``COORDS``.
+SCALAR = -10
 COORDS = -2
 
 # micro-op slots, producer latency classes, consumer operand kinds and memory kinds
@@ -165,20 +166,24 @@ class Trace:
         if self.pending:
             self._apply_stores()
 
-    def _operand(self, nodes: list[tuple[Any, ...]], p: int, kind: int, scalar_dtype: np.dtype) -> np.ndarray:
+    def _operand(self, nodes: list[tuple[Any, ...]], p: int, kind: int) -> np.ndarray:
         if kind >= 0:
             vt = BY_CODE[kind]
             ids = np.fromiter((o[p] for o in nodes), dtype=np.int64, count=len(nodes))
             return self._values[ids, : vt.lanes * vt.dtype.itemsize].view(vt.dtype)
         if kind == COORDS:
             return np.array([o[p] for o in nodes], dtype=np.int64).reshape(len(nodes), 5)
-        return np.array([o[p] for o in nodes], dtype=np.float64).astype(scalar_dtype)[:, None]
+        dtype = BY_CODE[SCALAR - kind].dtype
+        column = np.array([o[p] for o in nodes], dtype=np.float64 if dtype.kind in "fV" else np.int64)
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            column = np.clip(column, info.min, info.max)
+        return column.astype(dtype)[:, None]
 
     def _run_group(self, ids: np.ndarray, key: tuple[Any, ...]) -> None:
-        sem, pattern, statics, out_code, in_code, vb = key
+        sem, pattern, statics, out_code, _, vb = key
         ops = [self.ops[i] for i in ids]
-        scalar_dtype = BY_CODE[in_code].dtype
-        args = [self._operand(ops, p, kind, scalar_dtype) for p, kind in enumerate(pattern)]
+        args = [self._operand(ops, p, kind) for p, kind in enumerate(pattern)]
         if sem < 0:  # a tensor load
             result = self._load(args[0], statics[0], statics[1])
         else:
