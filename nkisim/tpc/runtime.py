@@ -130,6 +130,8 @@ class TpcResult:
         slot_utilisation: busy fraction of each VLIW slot over the TPCs' cycles.
         vector_loads: vector loads per tensor; ``vector_stores`` likewise.
         launch_cycles: the launch overhead.
+        issue_cycles: each member's bundle schedule: the issue cycle of each of its instructions;
+            ``issue_slots`` the slot each took (0 load, 1 SPU, 2 VPU, 3 store).
     """
 
     outputs: list[np.ndarray]
@@ -145,6 +147,8 @@ class TpcResult:
     vector_stores: dict[int, int]
     launch_cycles: float
     aux: list[np.ndarray] = field(default_factory=list)
+    issue_cycles: list[np.ndarray] = field(default_factory=list)
+    issue_slots: list[np.ndarray] = field(default_factory=list)
 
     @property
     def cycles(self) -> int:
@@ -267,14 +271,18 @@ def _check_signature(plan: _Plan, n_tensors: int, cfg: TpcConfig, loc: SourceLoc
             f"{n_tensors} tensors (inputs, outputs and auxiliary): a TPC kernel takes at most {cfg.max_tensors}",
             **where,
         )
-    tensor_params = kern.params[:n_tensors]
-    for p in tensor_params:
-        if p.annotation in (float, int, "float", "int"):
-            raise TpcSignatureError(
-                f"parameter {p.name!r} is a scalar among the first {n_tensors} parameters: tensors come first "
-                "(inputs, outputs, auxiliary), then scalars",
-                **where,
-            )
+
+    def is_tensor(annotation: Any) -> bool:
+        return annotation is tensor or (isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "tensor")
+
+    misplaced = [p for p in kern.params[:n_tensors] if p.annotation in (float, "float")]
+    misplaced += [p for p in kern.params[n_tensors:] if is_tensor(p.annotation)]
+    if misplaced:
+        raise TpcSignatureError(
+            f"parameter {misplaced[0].name!r} is out of place for {n_tensors} tensors: tensors come first "
+            "(inputs, outputs, auxiliary), then scalars",
+            **where,
+        )
     if len(kern.params) != n_tensors + len(plan.scalars):
         raise TpcSignatureError(
             f"the kernel takes {len(kern.params)} parameters after ctx, but is given {n_tensors} tensors and "
@@ -437,21 +445,27 @@ def _timed(
     per_tpc: dict[int, int] = {}
     instrs: dict[int, int] = {}
     slot_busy = np.zeros(4, dtype=np.int64)
+    issues: list[np.ndarray] = []
+    slots: list[np.ndarray] = []
     for m, (first, last) in enumerate(member_uops):
         uops = trace.uops[first:last]
         if not uops:
             cycles = 0
+            issues.append(np.zeros(0, dtype=np.int64))
+            slots.append(np.zeros(0, dtype=np.int64))
         else:
             arrays = member_arrays(uops, first)
             n_mem = int(np.count_nonzero((arrays[4] == M_GLD) | (arrays[4] == M_GST)))
             horizon = (
                 16 + len(uops) * (int(lat.max()) + cfg.latency.lookup_issue_cycles + 2) + math.ceil(n_mem * transfer)
             )
-            _, used, end, mem_free = schedule_member(
+            issue, used, end, mem_free = schedule_member(
                 *arrays, lat, cfg.latency.lookup_issue_cycles, cfg.ld_tnsr_in_store_slot, transfer, horizon
             )
             cycles = max(int(end), math.ceil(mem_free))
             slot_busy += np.bincount(used, minlength=4)
+            issues.append(issue)
+            slots.append(used)
         member_cycles.append(cycles)
         tpc = tpc_of[m]
         per_tpc[tpc] = per_tpc.get(tpc, 0) + cycles
@@ -483,4 +497,6 @@ def _timed(
         vector_stores=foot.counts(True),
         launch_cycles=launch,
         aux=aux,
+        issue_cycles=issues,
+        issue_slots=slots,
     )

@@ -11,8 +11,10 @@ micro-ops are taken in program order and each goes into the earliest bundle in w
   operation with three or more vector operands (SrcC) with a store (whose value is read on SrcC).
 
 Global memory is a separate stall model: each tensor load or store moves one vector over this TPC's
-share of HBM bandwidth, in program order; a load's data is ready when both its pipeline latency and
-its transfer are done, so consumers stall when demand exceeds bandwidth. A load from a tensor this
+share of HBM bandwidth, booked on a per-cycle calendar of that share from its issue cycle on (the
+first free capacity, so an early load is not queued behind a later store); a load's data is ready
+at the end of the cycle its transfer completes, or its pipeline latency if later, so consumers stall
+when demand exceeds bandwidth. A load from a tensor this
 member stored before waits the default latency after that store.
 
 The function is plain Python over numpy arrays (the readable reference) and is compiled with numba.
@@ -21,7 +23,6 @@ The function is plain Python over numpy arrays (the readable reference) and is c
 from __future__ import annotations
 
 import itertools
-import math
 
 import numba
 import numpy as np
@@ -114,6 +115,8 @@ def schedule_reference(
     data_ready = np.zeros(n, dtype=np.int64)
     first_free = np.zeros(4, dtype=np.int64)
     last_store = np.full(64, -1, dtype=np.int64)
+    chan = np.zeros(2 * horizon, dtype=np.float64)  # the share of each cycle's bandwidth in use
+    chan_free = 0  # every cycle before this one is fully booked
     mem_free = 0.0
     end = 0
     dep_latency = lat[C_NONE, K_SRC]
@@ -164,10 +167,23 @@ def schedule_reference(
         while occ[first_free[chosen]] & (1 << chosen):
             first_free[chosen] += 1
         if m in (M_GLD, M_GST):
-            start = mem_free if mem_free > c else float(c)
-            mem_free = start + transfer_cycles
+            k = max(c, chan_free)
+            remaining = transfer_cycles
+            finish = c
+            while remaining > 1e-9:
+                room = 1.0 - chan[k]
+                if room > 1e-9:
+                    take = min(room, remaining)
+                    chan[k] += take
+                    remaining -= take
+                    finish = k + 1
+                k += 1
+            while chan[chan_free] >= 1.0 - 1e-9:
+                chan_free += 1
+            if finish > mem_free:
+                mem_free = float(finish)
             if m == M_GLD:
-                data_ready[u] = math.ceil(mem_free)
+                data_ready[u] = finish
             else:
                 last_store[tensor[u]] = c
         if c + busy > end:
