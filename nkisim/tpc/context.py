@@ -226,7 +226,7 @@ class TpcContext:
                         f"{loc}: tpc {self._kernel} [TPC {self._tpc}, member {self._member}]: loads tensor {tensor} "
                         "after storing to it without aso(): load-after-store is not coherent on the TPC"
                     ),
-                    stacklevel=4,
+                    stacklevel=3,
                 )
         self._t.flush()
 
