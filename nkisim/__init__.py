@@ -15,6 +15,9 @@ from nkisim.errors import (
     BoundsError,
     BudgetError,
     CapacityError,
+    CheckError,
+    CheckWarning,
+    Diagnostic,
     DtypeError,
     KernelError,
     MemoryKindError,
@@ -35,6 +38,7 @@ from nkisim.frontend import (
     run,
 )
 from nkisim.report import InstructionRecord, Profile
+from nkisim.sim.checks import CHECKS, ignore_checks
 from nkisim.sweeps import SweepRecord, SweepTable, sweep
 
 __version__ = "0.1.0"
@@ -43,10 +47,14 @@ __version__ = "0.1.0"
 _LAZY_SUBMODULES = ("torch", "jax", "gpsimd", "tpc")
 
 __all__ = [
+    "CHECKS",
     "ArraySpec",
     "BoundsError",
     "BudgetError",
     "CapacityError",
+    "CheckError",
+    "CheckWarning",
+    "Diagnostic",
     "DtypeError",
     "ExecutionError",
     "InstructionRecord",
@@ -62,6 +70,7 @@ __all__ = [
     "SweepTable",
     "TargetError",
     "collect_profiles",
+    "ignore_checks",
     "install_nki_alias",
     "jit",
     "output_specs",

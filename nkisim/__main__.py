@@ -31,7 +31,7 @@ from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS
 from nkisim.sweeps.cli import add_sweep_command, sweep_command
 
 #: ``python -m nkisim demo <model>``: the other machine models' demos, by module.
-_MODEL_DEMOS = {"gpsimd": "nkisim.gpsimd.demo"}
+_MODEL_DEMOS = {"gpsimd": "nkisim.gpsimd.demo", "tpc": "nkisim.tpc.demo"}
 
 
 def demo(target: str | None, trace: str | None) -> int:
@@ -280,6 +280,12 @@ def _add_run_options(cmd: Any) -> None:
         help="the sanitizer (docs/checks.md): strict stops at the first error, warn reports (default), off",
     )
     cmd.add_argument(
+        "--affine-order",
+        choices=("in-order", "reversed", "shuffled"),
+        default="in-order",
+        help="the order affine_range iterations run in, to expose order dependence (docs/checks.md)",
+    )
+    cmd.add_argument(
         "--max-instructions",
         type=_budget_count,
         default=DEFAULT_MAX_INSTRUCTIONS,
@@ -302,7 +308,12 @@ def _budget_count(text: str) -> int | None:
 def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout} must be a positive number of seconds")
-    return {"check": args.check, "max_instructions": args.max_instructions, "timeout": args.timeout}
+    return {
+        "check": args.check,
+        "max_instructions": args.max_instructions,
+        "timeout": args.timeout,
+        "affine_order": args.affine_order,
+    }
 
 
 class _Progress:

@@ -215,6 +215,7 @@ def _whatif(tmp_path: Path, base: str, capabilities: str) -> Path:
     return path
 
 
+@pytest.mark.placeholder_tiles
 def test_a_trn3_without_mx_refuses_quantize_mx(tmp_path: Path) -> None:
     path = _whatif(tmp_path, "trn3", "mx_formats = false")
 
@@ -242,6 +243,7 @@ def test_a_trn1_with_hardware_dge_accepts_hwdge(tmp_path: Path) -> None:
     assert nkisim.profile(kernel, shapes, target=path).target == "trn1-whatif"
 
 
+@pytest.mark.placeholder_tiles
 def test_a_trn2_with_trn3s_matmul_dtypes_takes_bf16_dst(tmp_path: Path) -> None:
     path = _whatif(tmp_path, "trn2", 'matmul_output_dtypes = ["float32", "bfloat16"]')
 
@@ -255,6 +257,7 @@ def test_a_trn2_with_trn3s_matmul_dtypes_takes_bf16_dst(tmp_path: Path) -> None:
     nkisim.profile(kernel, [], target=path)
 
 
+@pytest.mark.placeholder_tiles
 def test_transpose_mode_needs_a_square_moving_tile() -> None:
     """Where transpose_passes_dtype holds, dst = stationary.T: the moving (identity) tile is [K, K]."""
 

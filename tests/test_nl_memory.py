@@ -104,7 +104,7 @@ def test_expand_dims_and_no_reorder():
 # -- nc_matmul(accumulate=) -----------------------------------------------------------
 
 
-def _matmul_sequence(modes, init=None):
+def _matmul_sequence(modes, init=None, check=None):
     """Matmuls of x.T @ y_i into one PSUM tile with the given accumulate modes; optional memset first."""
     rng = np.random.default_rng(13)
     x = values(rng, (32, 16), FP32)
@@ -123,7 +123,7 @@ def _matmul_sequence(modes, init=None):
         return out
 
     products = [f32(x).T.astype(np.float64) @ f32(y) for y in ys]
-    return nkisim.run(kernel, [x, *ys]).outputs, products
+    return nkisim.run(kernel, [x, *ys], check=check).outputs, products
 
 
 def test_accumulate_none_overwrites_first_then_adds():
@@ -137,7 +137,8 @@ def test_accumulate_false_overwrites_even_after_earlier_matmuls():
 
 
 def test_accumulate_true_adds_to_whatever_is_there():
-    out, p = _matmul_sequence([True, True], init=1.0)
+    with pytest.warns(nkisim.CheckWarning, match=r"another engine wrote.*\[psum-accumulate\]"):  # trn1: undefined
+        out, p = _matmul_sequence([True, True], init=1.0)
     assert_same(out, (1.0 + p[0] + p[1]).astype(np.float32), rtol=1e-6)
 
 
@@ -147,7 +148,10 @@ def test_accumulate_i_greater_than_zero_loop_idiom():
 
 
 def test_accumulate_true_on_fresh_psum_shows_the_undefined_read():
-    out, _ = _matmul_sequence([True])
+    with pytest.raises(nkisim.CheckError, match=r"accumulates onto 128 of the 128 elements of PSUM tile"):
+        _matmul_sequence([True], check="strict")
+    with pytest.warns(nkisim.CheckWarning, match=r"\[uninitialized-read\]"):
+        out, _ = _matmul_sequence([True], check="warn")
     assert np.isnan(out).all()  # never-written PSUM is poisoned with NaN
 
 

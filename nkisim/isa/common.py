@@ -56,7 +56,8 @@ def apply_alu(op: Op, x: np.ndarray, y: np.ndarray | np.float32, reverse: bool) 
     so its result is broadcast back over the tile.
     """
     assert op.binary is not None
-    result = op.binary(y, x) if reverse else op.binary(x, y)
+    with np.errstate(all="ignore"):  # IEEE results (inf, NaN) as the engines give them, without numpy's warnings
+        result = op.binary(y, x) if reverse else op.binary(x, y)
     return np.broadcast_to(result, np.broadcast_shapes(np.shape(x), np.shape(y)))
 
 
@@ -71,7 +72,8 @@ def check_common(ops: Operands, chk: Check) -> None:
             chk.fail(BoundsError, fname, f"cannot be used: {t.defect.rule} (the view made at {t.defect.loc})")
         if t.buffer.is_on_chip and t.partitions > partitions:
             chk.fail(ShapeError, fname, f"partition dim {t.partitions} exceeds {partitions}")
-        if chk.engine is not Engine.dma and not t.buffer.is_on_chip:
+        # DMA queues and the sequencer (register_load/register_store) reach HBM themselves.
+        if chk.engine is not Engine.dma and chk.engine is not Engine.sync and not t.buffer.is_on_chip:
             chk.fail(MemoryKindError, fname, f"must be in SBUF or PSUM, not {t.buffer.value} ({t.name})")
         if chk.engine is Engine.gpsimd and t.buffer is Buffer.psum:
             chk.fail(MemoryKindError, fname, f"is in PSUM, which the GpSimd Engine cannot access ({t.name})")

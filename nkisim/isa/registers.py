@@ -21,7 +21,7 @@ import numpy as np
 
 from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
-from nkisim.isa.spec import Check, Cost, EngineState, Operands, engine_cost, instruction
+from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction
 from nkisim.memory import Buffer, Region, Storage, Tensor, dtype_name
 
 #: Registers are 32 bits wide; an immediate may be given signed or unsigned.
@@ -185,12 +185,17 @@ def register_move(ops: RegisterMoveOps, state: EngineState) -> None:
 
 class RegisterLoadOps(Operands):
     dst: VirtualRegister
-    src: Tensor
+    src: In
 
 
-def _src_to_dst_accesses(ops: RegisterLoadOps | RegisterStoreOps) -> tuple[list[Region], list[Region]]:
-    """Reads ``src`` and writes ``dst``, a register or a tensor the sequencer reaches itself (SBUF or HBM)."""
-    return [ops.src.region], [ops.dst.region]
+def _load_accesses(ops: RegisterLoadOps) -> tuple[list[Region], list[Region]]:
+    """Writes the register ``dst`` (the tensor ``src`` is an operand, which the sequencer reads itself)."""
+    return [], [ops.dst.region]
+
+
+def _store_accesses(ops: RegisterStoreOps) -> tuple[list[Region], list[Region]]:
+    """Reads the register ``src`` (the tensor ``dst`` is an operand, which the sequencer writes itself)."""
+    return [ops.src.region], []
 
 
 def _register_load_validate(ops: RegisterLoadOps, chk: Check) -> None:
@@ -208,7 +213,7 @@ def _register_load_cost(ops: RegisterLoadOps, hw: HwConfig, engine: Engine) -> C
     engines=(Engine.sync,),
     cost=_register_load_cost,
     validate=_register_load_validate,
-    extra_accesses=_src_to_dst_accesses,
+    extra_accesses=_load_accesses,
     dtypes="src: one integer of at most 32 bits (e.g. int32)",
 )
 def register_load(ops: RegisterLoadOps, state: EngineState) -> None:
@@ -220,7 +225,7 @@ def register_load(ops: RegisterLoadOps, state: EngineState) -> None:
 
 
 class RegisterStoreOps(Operands):
-    dst: Tensor
+    dst: Out
     src: VirtualRegister
 
 
@@ -239,7 +244,7 @@ def _register_store_cost(ops: RegisterStoreOps, hw: HwConfig, engine: Engine) ->
     engines=(Engine.sync,),
     cost=_register_store_cost,
     validate=_register_store_validate,
-    extra_accesses=_src_to_dst_accesses,
+    extra_accesses=_store_accesses,
     dtypes="dst: one integer of at most 32 bits (e.g. int32)",
 )
 def register_store(ops: RegisterStoreOps, state: EngineState) -> None:

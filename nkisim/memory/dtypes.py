@@ -126,7 +126,8 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return np.clip(wide, info.min, info.max).astype(dtype)
     if dtype.kind == "b":
         return values != 0
-    return values.astype(dtype)
+    with np.errstate(over="ignore"):  # a float too large for a narrow float type becomes inf, as on the engines
+        return values.astype(dtype)
 
 
 class ConversionLog:

@@ -82,7 +82,26 @@ def render_html(profile: Profile) -> str:
         f"<title>nkisim profile: {title}</title>"
         "<style>body{font-family:sans-serif;margin:16px} pre{background:#fafafa;padding:8px}</style></head><body>"
         f"<h2>nkisim profile: {title}</h2><div>{legend}</div>{''.join(parts)}"
-        f"<pre>{html.escape(profile.table())}</pre></body></html>\n"
+        f"{_diagnostics(profile)}<pre>{html.escape(profile.table())}</pre></body></html>\n"
+    )
+
+
+def _diagnostics(profile: Profile) -> str:
+    """The sanitizer's findings as a table, errors in red, warnings in amber (nothing when there are none)."""
+    if not profile.diagnostics:
+        return ""
+    rows = []
+    for d in profile.diagnostics:
+        color = "#c0392b" if d.severity == "error" else "#b9770e"
+        rows.append(
+            f'<tr><td style="color:{color};font-weight:bold">{d.severity}</td><td>{html.escape(d.check)}</td>'
+            f"<td>{html.escape(f'{d.loc.file.rsplit(os.sep, 1)[-1]}:{d.loc.line}')}</td><td>{d.count}</td>"
+            f"<td>{html.escape(d.message)}</td></tr>"
+        )
+    head = "<tr><th>severity</th><th>check</th><th>line</th><th>times</th><th>finding</th></tr>"
+    return (
+        f"<h3>sanitizer findings ({len(rows)})</h3>"
+        f'<table class="findings" border="1" cellspacing="0" cellpadding="3">{head}{"".join(rows)}</table>'
     )
 
 

@@ -235,6 +235,8 @@ class Profile:
         for name, frac in self.engine_utilisation().items():
             ns = self.engine_busy_ns[name]
             lines.append(f"  {name:<{width}}{ns / 1000:>12.3f}{100 * frac:>8.1f}%{counts.get(name, 0):>9}")
+        if self.diagnostics:
+            lines.append(self.diagnostics_text())
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -11,8 +11,11 @@ The checks, their rules and example messages are listed in docs/checks.md.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -25,6 +28,38 @@ from nkisim.sim.loops import LoopTracker
 
 #: The values of ``check=``.
 CHECK_MODES = ("strict", "warn", "off")
+
+#: Every check the sanitizer runs, by name (docs/checks.md): the name a finding carries.
+CHECKS = (
+    "uninitialized-read",
+    "loop-carried-dependency",
+    "race",
+    "partition-start",
+    "access-pattern",
+    "psum-accumulate",
+    "psum-bank",
+    "activation-range",
+    "saturation",
+)
+
+_IGNORED: ContextVar[frozenset[str]] = ContextVar("nkisim_ignored_checks", default=frozenset())
+
+
+@contextlib.contextmanager
+def ignore_checks(*names: str) -> Iterator[None]:
+    """Turn the named checks off for the runs started inside the block (in this thread or task only).
+
+    >>> with nkisim.ignore_checks("uninitialized-read"):
+    ...     nkisim.run(kernel, inputs, check="strict")
+    """
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise ValueError(f"ignore_checks: unknown check {unknown[0]!r}; the checks are {', '.join(CHECKS)}")
+    token = _IGNORED.set(_IGNORED.get() | frozenset(names))
+    try:
+        yield
+    finally:
+        _IGNORED.reset(token)
 
 
 class Findings:
@@ -40,6 +75,8 @@ class Findings:
             raise ValueError(f"check must be one of {', '.join(map(repr, CHECK_MODES))}, got {mode!r}")
         self.mode = mode
         self.warned: set[tuple[str, str, int]] = set()
+        #: The checks turned off by :func:`ignore_checks` when the run started.
+        self.ignored = _IGNORED.get()
 
 
 class Checker:
@@ -64,12 +101,17 @@ class Checker:
 
     def report(self, severity: str, check: str, loc: SourceLoc, instruction: str, rule: str) -> None:
         """Record a finding; raise it under strict when it is an error; warn once per line otherwise."""
+        if check in self.findings.ignored:
+            return
         where = f"{instruction} [{self.target}]: " if instruction else ""
         message = f"{loc}: {where}{rule}"
         site = (check, loc.file, loc.line)
         known = self._by_site.get(site)
-        count = 1 if known is None else known.count + 1
-        self._by_site[site] = Diagnostic(severity, check, loc, instruction, message, count)
+        # the first occurrence's message stands (the earliest iterations), with the count of all
+        if known is None:
+            self._by_site[site] = Diagnostic(severity, check, loc, instruction, message)
+        else:
+            self._by_site[site] = dataclasses.replace(known, count=known.count + 1)
         if severity == "error" and self.findings.mode == "strict":
             raise CheckError(rule, check=check, loc=loc, instruction=instruction, target=self.target)
         if site not in self.findings.warned:
@@ -117,6 +159,8 @@ class Checker:
                     self._operand_rules(opcode, loc, name, t)
         if accumulates and spec.accumulates is not None and spec.accumulates(ops) is True:
             self._accumulate_rule(opcode, loc, writes)
+        if engine is Engine.tensor:
+            self._bank_rule(opcode, loc, writes)
         if self.loops.active:
             self.loops.access(opcode, loc, reads, writes, accumulates, self._loop_finding(loc, opcode))
 
@@ -176,7 +220,7 @@ class Checker:
                 f"{name} accesses partitions {start}..{start + count - 1} of {t.name!r}: on this target an access "
                 f"of {count} partitions must start at {_legal_starts(count)}",
             )
-        dims = _free_pattern(t, caps.access_pattern_max_size)
+        dims = _free_pattern(t, caps.access_pattern_max_size, caps.access_pattern_max_stride)
         problem = None
         if len(dims) > caps.access_pattern_free_dims:
             problem = (
@@ -197,14 +241,24 @@ class Checker:
             )
 
     def _accumulate_rule(self, opcode: str, loc: SourceLoc, writes: list[tuple[str, Tensor]]) -> None:
-        """``accumulate=True`` onto PSUM values that a non-matmul instruction wrote (undefined before v4)."""
-        if self.hw.capabilities.psum_accumulate_onto_any_write:
-            return
+        """``accumulate=True`` onto PSUM nothing wrote (an uninitialised read), or onto values a
+        non-matmul instruction wrote (undefined before v4)."""
+        onto_any = self.hw.capabilities.psum_accumulate_onto_any_write
         for name, t in writes:
             if t.buffer is not Buffer.psum or t.is_dynamic or t.size == 0:
                 continue
             marks = self._view(t, every_byte=False)
-            if np.any(marks == 1):
+            unwritten = int(np.count_nonzero(marks == 0))
+            if unwritten:
+                self.report(
+                    "error",
+                    "uninitialized-read",
+                    loc,
+                    opcode,
+                    f"{name} accumulates onto {unwritten} of the {t.size} elements of PSUM tile {t.name!r} that "
+                    "were never written; start the accumulation with accumulate=False (or leave it to NKI's default)",
+                )
+            if not onto_any and np.any(marks == 1):
                 self.report(
                     "warning",
                     "psum-accumulate",
@@ -214,6 +268,24 @@ class Checker:
                     "a matmul accumulation group must start with a matmul (write zeros with accumulate=False first)",
                 )
                 return
+
+    def _bank_rule(self, opcode: str, loc: SourceLoc, writes: list[tuple[str, Tensor]]) -> None:
+        """A Tensor Engine result accumulates within PSUM banks: it may not straddle a bank boundary."""
+        bank = self.hw.psum.bank_bytes
+        group = bank * self.hw.capabilities.matmul_dst_psum_banks
+        for name, t in writes:
+            if t.buffer is not Buffer.psum or t.size == 0:
+                continue
+            r = t.region
+            if r.b0 // group != (r.b1 - 1) // group:
+                self.report(
+                    "error",
+                    "psum-bank",
+                    loc,
+                    opcode,
+                    f"{name} (PSUM tile {t.name!r}, bytes {r.b0}..{r.b1 - 1} of each partition) crosses a "
+                    f"{group}-byte PSUM bank boundary at byte {(r.b0 // group + 1) * group}; place it inside one bank",
+                )
 
     # -- lossy conversions -------------------------------------------------------------
 
@@ -263,17 +335,35 @@ def _legal_starts(count: int) -> str:
     return "partition 0" if count > 64 else "partition 0 or 64" if count > 32 else "a multiple of 32"
 
 
-def _free_pattern(t: Tensor, max_size: int) -> list[tuple[int, int]]:
-    """The free-dim access pattern as (size, stride in elements), innermost last, size-1 dims dropped
-    and contiguous neighbours merged while the merged size still fits a pattern dim."""
+def _free_pattern(t: Tensor, max_size: int, max_stride: int) -> list[tuple[int, int]]:
+    """The free-dim access pattern as (size, stride in elements), innermost last.
+
+    Size-1 dims are dropped and contiguous neighbours merged; a merged run too long for one
+    pattern dim is split into two (``inner`` elements, then runs of them), as a compiler would.
+    """
     array = t.array
     dims = [(n, st // t.itemsize) for n, st in zip(array.shape[1:], array.strides[1:]) if n != 1]
     merged: list[tuple[int, int]] = []
     for size, stride in reversed(dims):
         if merged:
             inner_size, inner_stride = merged[-1]
-            if stride == inner_size * inner_stride and size * inner_size <= max_size:
+            if stride == inner_size * inner_stride:
                 merged[-1] = (size * inner_size, inner_stride)
                 continue
         merged.append((size, stride))
-    return merged[::-1]
+    pattern: list[tuple[int, int]] = []
+    for size, stride in merged:
+        pattern.extend(_split(size, stride, max_size, max_stride))
+    return pattern[::-1]
+
+
+def _split(size: int, stride: int, max_size: int, max_stride: int) -> list[tuple[int, int]]:
+    """One run as pattern dims, innermost first: itself if it fits, else two dims when some split fits."""
+    if size <= max_size:
+        return [(size, stride)]
+    for inner in range(-(-size // max_size), size):
+        if size % inner == 0 and abs(inner * stride) <= max_stride and inner <= max_size:
+            return [(inner, stride), (size // inner, inner * stride)]
+        if abs(inner * stride) > max_stride:
+            break
+    return [(size, stride)]

@@ -15,8 +15,11 @@ it and (on chip) the event that last read it. An instruction then finds:
 - ``race``: it writes on-chip bytes an earlier iteration read (the buffer is reused
   while that iteration may still need it), or HBM bytes an earlier iteration wrote.
 
-Bytes written outside every active loop carry the event of an older, finished loop
-(or none), which never matches a running one, so they are not reported.
+Only accesses through one allocation are compared: a tile allocated inside the loop
+gets its own buffer in every iteration on hardware, even where nkisim's allocator
+reuses the bytes of an earlier iteration's tile. Bytes written outside every active
+loop carry the event of an older, finished loop (or none), which never matches a
+running one, so they are not reported.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class Event:
     loc: SourceLoc
     instruction: str
     accumulates: bool
+    #: The allocations (``Tensor.uid``) it touched: bytes a later allocation reuses are not shared.
+    tiles: frozenset[int]
 
 
 def _carried(earlier: tuple[LoopFrame, ...], now: tuple[LoopFrame, ...]) -> tuple[LoopFrame, LoopFrame] | None:
@@ -119,7 +124,8 @@ class LoopTracker:
         read = {(id(t.storage), t.region) for _, t in reads}
         rmw = bool(written & read)
         event_id = len(self._events)
-        self._events.append(Event(self.frames, loc, instruction, accumulates or rmw))
+        tiles = frozenset(t.uid for _, t in (*reads, *writes))
+        self._events.append(Event(self.frames, loc, instruction, accumulates or rmw, tiles))
         for name, t in reads:
             folds = accumulates or (id(t.storage), t.region) in written
             self._check(self._view(self._writes, t), instruction, name, t, folds, "read", report)
@@ -153,6 +159,8 @@ class LoopTracker:
         for event_id in ids:
             earlier = self._events[event_id]
             assert earlier is not None
+            if t.uid not in earlier.tiles:
+                continue  # another allocation at these bytes: the compiler gives each its own buffer
             pair = _carried(earlier.frames, self.frames)
             if pair is None or (accumulates and earlier.accumulates):
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -74,6 +75,7 @@ def test_round_trip_is_bit_exact(shape, dtype, target, seed):
     assert_bits_equal(run_kernel(kernel, [a], target), a)
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @FAST
 @given(
     shape=tile_shapes(max_dims=2),
@@ -107,6 +109,7 @@ def test_dtype_cast_goes_through_float32(shape, src, dst, direction, target, see
     assert_values_equal(run_kernel(kernel, [a], target), expected)
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 def test_cast_hand_cases():
     """float32 -> int32/int8/uint8 and bf16, worked by hand."""
     a = np.array([[0.5, 1.5, 2.5, -0.5, -1.5, 2.6, np.nan, np.inf, -np.inf, 1e10, -1e10, 200.0]], np.float32)

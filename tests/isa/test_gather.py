@@ -213,6 +213,7 @@ def test_local_gather_hand_case():
     np.testing.assert_array_equal(got[5], [43, 44, 40, 41, 40, 41])
 
 
+@pytest.mark.placeholder_tiles
 def test_local_gather_out_of_bounds_index_is_an_error():
     def kernel(i):
         dst = sbuf((16, 2))
@@ -458,6 +459,7 @@ def test_nc_stream_shuffle_hand_cases():
         ((0, 65), (64, 128), False),
     ],
 )
+@pytest.mark.placeholder_tiles
 def test_nc_stream_shuffle_start_partitions(src_rows, dst_rows, ok):
     def kernel():
         big = sbuf((128, 4))
@@ -510,6 +512,7 @@ def test_nc_stream_shuffle_rejects(make, mask, error, match):
         run_kernel(kernel)
 
 
+@pytest.mark.placeholder_tiles
 def test_nc_stream_shuffle_all_255_keeps_dst():
     a = np.arange(64 * 3, dtype=np.int32).reshape(64, 3)
 

@@ -266,6 +266,7 @@ def test_dma_transpose_hwdge_constraints(shape, dtype, error, match):
         run_kernel(kernel, [], "trn2")
 
 
+@pytest.mark.placeholder_tiles
 def test_dma_transpose_dge_modes():
     def kernel(mode):
         nisa.dma_transpose(dst=sbuf((128, 16), nl.bfloat16), src=sbuf((16, 128), nl.bfloat16), dge_mode=mode)
@@ -339,6 +340,7 @@ def dma_compute_reference(srcs, scales, dst_dtype):
     return ref_cast(acc, dst_dtype)
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @FAST
 @given(
     k=st.integers(1, 16),

@@ -403,6 +403,7 @@ def matmul_call(
     return kernel
 
 
+@pytest.mark.placeholder_tiles
 def test_nc_matmul_mx_validation():
     fails(matmul_call(), TargetError, r"NeuronCore-v4", target="trn2")
     fails(matmul_call(stationary=((128, 64), "bfloat16")), DtypeError, r"stationary.*float8_e5m2_x4")
@@ -461,6 +462,7 @@ def plain_matmul(k, m, n, s_dtype=nl.bfloat16, m_dtype=nl.bfloat16, dst_dtype=nl
     return kernel
 
 
+@pytest.mark.placeholder_tiles
 def test_nc_matmul_v4_moving_limit_is_the_whole_psum():
     nkisim.run(plain_matmul(128, 128, 8192, dst_dtype=nl.bfloat16), [], target="trn3")
     nkisim.run(plain_matmul(128, 128, 4096), [], target="trn3")

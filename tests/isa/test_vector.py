@@ -131,6 +131,7 @@ def test_tensor_copy_scalar_engine_same_dtype(shape, dtype, target, seed):
     assert_bits_equal(got, a)
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @FAST
 @given(
     shape=tile_shapes(),
@@ -189,6 +190,7 @@ def test_tensor_copy_psum_and_reshaped_free_dims(p, free, dtype, where, target, 
 # -- tensor_tensor --------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @pytest.mark.parametrize("op", sorted(ARITH))
 @PER_OP
 @given(
@@ -299,6 +301,7 @@ def test_tensor_tensor_bitvec_hand_cases():
     np.testing.assert_array_equal(got, np.array([[-128, -64, -16]], np.int8))
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 def test_tensor_tensor_arithmetic_hand_cases():
     """int32 inputs are cast to float32 (2^24 + 1 -> 2^24); results round to even when cast back."""
     a = np.array([[2**24 + 1, 3, 5, -3, 7]], np.int32)
@@ -313,6 +316,7 @@ def test_tensor_tensor_arithmetic_hand_cases():
     np.testing.assert_array_equal(got, [[127, 9, 25, 9, 49]])
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @FAST
 @given(
     shape=tile_shapes(max_dims=2, max_size=128),

@@ -9,6 +9,7 @@ references for every pair of arithmetic operators.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -116,6 +117,7 @@ def scan_reference(d0, d1, initial, op0, op1, rev0, rev1):
     return out.reshape(d0.shape)
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @PER_OP
 @given(
     shape=tile_shapes(max_dims=2, max_size=128),
@@ -212,6 +214,7 @@ def cumulative_programs(draw):
     return cmds
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @PER_OP
 @given(
     shape=tile_shapes(max_dims=2, max_size=96),
