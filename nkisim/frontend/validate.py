@@ -47,8 +47,14 @@ def check_inputs(entry: str, inputs: object) -> None:
         bad = [key for key in inputs if not isinstance(key, str)]
         if bad:
             raise TypeError(f"{entry}: inputs given as a mapping must be keyed by argument name, got key {bad[0]!r}")
+        for name, value in inputs.items():
+            _check_input(entry, repr(name), value)
         return
-    if isinstance(inputs, np.ndarray) or (isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes))):
+    if isinstance(inputs, np.ndarray):
+        return
+    if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
+        for index, value in enumerate(inputs):
+            _check_input(entry, str(index), value)
         return
     if type(inputs).__name__ == "_Both":  # positional and keyword arguments of a kernel call
         return
@@ -57,6 +63,21 @@ def check_inputs(entry: str, inputs: object) -> None:
         f"got {type(inputs).__name__} {_short(inputs)}"
         + (" (pass [] for a kernel without arguments)" if inputs is None else "")
     )
+
+
+def _check_input(entry: str, name: str, value: object) -> None:
+    """One argument: a ``(shape, dtype)`` pair must have a shape of non-negative integers.
+
+    Anything else may be a kernel argument (arrays, Python scalars and lists for static arguments).
+    """
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], (tuple, list)):
+        shape = value[0]
+        bad = [d for d in shape if isinstance(d, bool) or not isinstance(d, (int, np.integer))]
+        if bad:
+            raise TypeError(f"{entry}: input {name} {_short(value)}: a shape holds integers, got {_short(bad[0])}")
+        if any(d < 0 for d in shape):
+            raise ValueError(f"{entry}: input {name} {_short(value)}: the shape {tuple(shape)} has a negative size")
+        return
 
 
 def check_target(entry: str, target: object) -> None:
