@@ -16,7 +16,9 @@ and meta tensors), and it passes ``torch.library.opcheck``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ml_dtypes
@@ -27,10 +29,27 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without torch
     raise ImportError("nkisim.torch needs PyTorch, which is not installed: pip install 'nkisim[torch]'") from exc
 
-from nkisim.errors import KernelError, OperandError, SourceLoc
+from nkisim.errors import KernelError, OperandError, SourceLoc, user_location
 from nkisim.frontend.jit import ArraySpec, Kernel, output_specs, run
 
-__all__ = ["OperatorError", "SimulatedOp", "call", "custom_op", "from_numpy", "to_numpy", "write_back"]
+__all__ = [
+    "OperatorError",
+    "SimulatedOp",
+    "call",
+    "caller_location",
+    "custom_op",
+    "define_op",
+    "empty_output",
+    "from_numpy",
+    "numpy_dtype",
+    "to_numpy",
+    "torch_dtype",
+    "write_back",
+]
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_NKISIM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_EXAMPLES_DIR = _NKISIM_DIR + "examples" + os.sep
 
 
 class OperatorError(KernelError):
@@ -50,22 +69,58 @@ _DTYPES: dict[torch.dtype, tuple[np.dtype, torch.dtype | None]] = {
     torch.uint8: (np.dtype(np.uint8), None),
     torch.bool: (np.dtype(np.bool_), None),
 }
-_TORCH_OF = {np_dtype: torch_dtype for torch_dtype, (np_dtype, _) in _DTYPES.items()}
+_TORCH_OF = {np_dt: torch_dt for torch_dt, (np_dt, _) in _DTYPES.items()}
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    """The numpy (NKI) dtype of a torch dtype, or ``None`` when NKI has no equivalent."""
+    entry = _DTYPES.get(dtype)
+    return None if entry is None else entry[0]
+
+
+def torch_dtype(dtype: np.dtype) -> torch.dtype | None:
+    """The torch dtype of a numpy (NKI) dtype, or ``None`` when torch has no equivalent."""
+    return _TORCH_OF.get(np.dtype(dtype))
+
+
+def caller_location() -> SourceLoc:
+    """The user's line that called the operator: the innermost frame outside nkisim and torch.
+
+    :func:`nkisim.errors.user_location` alone would name torch's dispatcher, which calls the
+    operator's kernels.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith((_TORCH_DIR, _NKISIM_DIR)) or filename.startswith(_EXAMPLES_DIR):
+            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back  # type: ignore[assignment]
+    return user_location()
 
 
 def _numpy_dtype(dtype: torch.dtype, where: str) -> np.dtype:
-    if dtype not in _DTYPES:
+    np_dtype = numpy_dtype(dtype)
+    if np_dtype is None:
         names = ", ".join(str(d).removeprefix("torch.") for d in _DTYPES)
-        raise OperatorError(f"{where}: dtype {dtype} has no NKI equivalent (supported: {names})")
-    return _DTYPES[dtype][0]
+        raise OperatorError(f"{where}: dtype {dtype} has no NKI equivalent (supported: {names})", loc=caller_location())
+    return np_dtype
 
 
 def to_numpy(tensor: torch.Tensor, where: str = "input") -> np.ndarray:
-    """A CPU tensor's values as a numpy array of the matching NKI dtype (bf16 and fp8 via ml_dtypes)."""
+    """A CPU tensor's values as a numpy array of the matching NKI dtype (bf16 and fp8 via ml_dtypes).
+
+    The array shares the tensor's memory. ``where`` leads the error message (e.g. the operator
+    and argument).
+
+    Raises:
+        OperatorError: the tensor is not on the CPU, not contiguous, or of a dtype NKI lacks.
+    """
     if tensor.device.type != "cpu":
-        raise OperatorError(f"{where}: tensor is on {tensor.device}; simulated kernels take CPU tensors")
+        raise OperatorError(
+            f"{where}: tensor is on {tensor.device}; simulated kernels take CPU tensors", loc=caller_location()
+        )
     if not tensor.is_contiguous():
-        raise OperatorError(f"{where}: tensor is not contiguous; call .contiguous() first")
+        raise OperatorError(f"{where}: tensor is not contiguous; call .contiguous() first", loc=caller_location())
     np_dtype = _numpy_dtype(tensor.dtype, where)
     bits = _DTYPES[tensor.dtype][1]
     plain = tensor.detach().resolve_conj().resolve_neg()
@@ -77,13 +132,18 @@ def to_numpy(tensor: torch.Tensor, where: str = "input") -> np.ndarray:
 def from_numpy(array: np.ndarray) -> torch.Tensor:
     """A torch tensor with the array's values (shares memory when it can)."""
     array = np.ascontiguousarray(array)
-    torch_dtype = _TORCH_OF.get(array.dtype)
-    if torch_dtype is None:
-        raise OperatorError(f"output dtype {array.dtype} has no torch equivalent")
-    bits = _DTYPES[torch_dtype][1]
+    target = _torch_dtype(array.dtype)
+    bits = _DTYPES[target][1]
     if bits is None:
         return torch.from_numpy(array)
-    return torch.from_numpy(array.view(_bits_numpy(bits))).view(torch_dtype)
+    return torch.from_numpy(array.view(_bits_numpy(bits))).view(target)
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    target = torch_dtype(dtype)
+    if target is None:
+        raise OperatorError(f"output dtype {dtype} has no torch equivalent", loc=caller_location())
+    return target
 
 
 def write_back(passed: torch.Tensor, values: np.ndarray) -> None:
@@ -129,9 +189,7 @@ class SimulatedOp:
         self.target = target
         namespace, name = qualname.split("::")
         self._library = torch.library.Library(namespace, "FRAGMENT")
-        self._library.define(name + schema)
-        self._library.impl(name, self._cpu, "CPU")
-        torch.library.register_fake(qualname, self._fake, lib=self._library)
+        define_op(self._library, name, schema, cpu=self._cpu, fake=self._fake)
         self._returns_tuple = schema.split("->")[1].strip().startswith("(")
 
     @property
@@ -165,7 +223,6 @@ class SimulatedOp:
             else a
             for i, a in enumerate(args)
         ]
-        template = next(a for a in args if isinstance(a, torch.Tensor))
         try:
             outputs = output_specs(self.kernel, specs, target=self.target)
         except KernelError as exc:
@@ -173,7 +230,7 @@ class SimulatedOp:
 
         def empty(spec: Any) -> Any:
             if isinstance(spec, ArraySpec):
-                return template.new_empty(spec.shape, dtype=_TORCH_OF[np.dtype(spec.dtype)])
+                return empty_output(args, spec.shape, spec.dtype)
             return tuple(empty(s) for s in spec)
 
         return self._shape_outputs(empty(outputs))
@@ -198,6 +255,33 @@ class SimulatedOp:
 
     def _input(self, value: Any, index: int) -> Any:
         return to_numpy(value, self._where(index)) if isinstance(value, torch.Tensor) else value
+
+
+def define_op(
+    library: torch.library.Library, name: str, schema: str, *, cpu: Callable[..., Any], fake: Callable[..., Any]
+) -> str:
+    """Define operator ``name`` with ``schema`` in ``library``, with its CPU and fake (meta) kernels.
+
+    The CPU kernel runs the simulation; the fake kernel returns empty tensors of the output
+    shapes (see :func:`empty_output`). Returns the qualified name, ``"namespace::name"``.
+    """
+    qualname = f"{library.ns}::{name}"
+    library.define(name + schema)
+    library.impl(name, cpu, "CPU")
+    torch.library.register_fake(qualname, fake, lib=library)
+    return qualname
+
+
+def empty_output(args: Sequence[Any], shape: Sequence[int], dtype: np.dtype) -> torch.Tensor:
+    """A fake kernel's output: an empty tensor of ``shape`` and the torch dtype of ``dtype``.
+
+    It is made like the first tensor in ``args`` (same device, fake or meta when that one is),
+    or on the CPU when no argument is a tensor.
+    """
+    template = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if template is None:
+        return torch.empty(tuple(shape), dtype=_torch_dtype(dtype))
+    return template.new_empty(tuple(shape), dtype=_torch_dtype(dtype))
 
 
 def custom_op(

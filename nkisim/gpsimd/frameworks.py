@@ -1,22 +1,28 @@
 """``lib.register_torch()``: a library's ops as ``torch.ops.<library>.<op>`` through ``torch.library``.
 
-Each op gets a schema (from the kernel's parameters: ``Tensor`` unless annotated ``float``, ``int``
-or ``Scalar``), a CPU implementation that runs the simulation, a fake (meta) implementation from
-the shape function, and, when the library names a backward op, autograd. As on Neuron, a process
-(a model) uses one custom-op library: registering a second one is an error. torch is imported
-only here, and only when this is called.
+The ops go through the machinery NKI kernels use (:mod:`nkisim.torch`): tensors are converted by
+the torch adapter of :mod:`nkisim.frontend.frameworks` (one dtype table; bfloat16 bit-exactly
+through ml_dtypes), and :func:`nkisim.torch.define_op` defines each op with a CPU kernel that runs
+the simulation and a fake (meta) kernel, which here is the op's shape function. Each op gets a
+schema from the kernel's parameters (``Tensor`` unless annotated ``float``, ``int`` or ``Scalar``)
+and, when the library names a backward op, autograd. As on Neuron, a process (a model) uses one
+custom-op library: registering a second one is an error. torch is imported only here, and only
+when this is called.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nkisim.errors import user_location
-from nkisim.gpsimd.errors import GpsimdArgumentError, GpsimdLibraryError
+from nkisim.errors import SourceLoc, user_location
+from nkisim.frontend.frameworks import adapter
+from nkisim.gpsimd.errors import GpsimdLibraryError
 from nkisim.gpsimd.runtime import Scalar, output_spec, run
+from nkisim.gpsimd.tensor import ShapeTensor, check_dtype
 
 if TYPE_CHECKING:
     from nkisim.gpsimd.library import Library, Op
@@ -25,45 +31,37 @@ if TYPE_CHECKING:
 _REGISTERED: dict[str, Any] = {}
 
 
-def _dtypes() -> dict[Any, np.dtype]:
-    import ml_dtypes
-    import torch
+def _numpy_dtype(tensor: Any, what: str, op: Op, loc: SourceLoc) -> np.dtype:
+    """The numpy dtype of ``tensor`` (from the torch adapter's table), if custom operators take it.
 
-    return {
-        torch.float32: np.dtype(np.float32),
-        torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
-        torch.float16: np.dtype(np.float16),
-        torch.int32: np.dtype(np.int32),
-        torch.int16: np.dtype(np.int16),
-        torch.int8: np.dtype(np.int8),
-        torch.uint8: np.dtype(np.uint8),
-    }
+    Raises:
+        GpsimdArgumentError: the dtype is not one of the seven GPSIMD dtypes (64-bit, fp8, bool...).
+    """
+    import nkisim.torch
+
+    np_dtype = nkisim.torch.numpy_dtype(tensor.dtype)
+    return check_dtype(tensor.dtype if np_dtype is None else np_dtype, what, loc, op.qualname)
 
 
-def to_numpy(tensor: Any, op: Op) -> np.ndarray:
-    """A CPU tensor's values as numpy (bfloat16 through its bits)."""
-    import torch
+def to_numpy(tensor: Any, op: Op, what: str | None = None) -> np.ndarray:
+    """A tensor's values as numpy, converted by the torch adapter NKI kernels use.
 
-    dtypes = _dtypes()
-    if tensor.dtype not in dtypes:
-        raise GpsimdArgumentError(
-            f"a {tensor.dtype} tensor: custom operators do not support this dtype", loc=user_location(), op=op.qualname
-        )
-    plain = tensor.detach().contiguous().cpu()
-    if tensor.dtype == torch.bfloat16:
-        return plain.view(torch.int16).numpy().view(dtypes[tensor.dtype]).copy()
-    return plain.numpy().copy()
+    Any layout is taken (the tensor is made contiguous first). ``what`` names the argument in
+    errors.
+
+    Raises:
+        GpsimdArgumentError: custom operators do not take the tensor's dtype; names the caller's line.
+    """
+    import nkisim.torch
+
+    what = what or f"a tensor argument of {op.qualname}"
+    _numpy_dtype(tensor, what, op, nkisim.torch.caller_location())
+    return adapter("torch").to_numpy(tensor.contiguous().cpu(), what)
 
 
 def from_numpy(array: np.ndarray) -> Any:
-    """A torch tensor with the array's values."""
-    import torch
-
-    torch_of = {v: k for k, v in _dtypes().items()}
-    array = np.ascontiguousarray(array)
-    if torch_of[array.dtype] == torch.bfloat16:
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy())
+    """A torch tensor with a copy of the array's values, converted by the torch adapter NKI kernels use."""
+    return adapter("torch").from_numpy(np.array(array, copy=True))
 
 
 def _schema_type(param: inspect.Parameter) -> str:
@@ -84,27 +82,41 @@ def schema(op: Op) -> str:
     return "(" + ", ".join(f"{_schema_type(p)} {p.name}" for p in params) + ") -> Tensor"
 
 
-def _register_op(tlib: Any, lib: Library, op: Op) -> None:
+def _argument(index: int, op: Op) -> str:
+    return f"argument {index} of {op.qualname}"
+
+
+def _cpu_kernel(op: Op) -> Callable[..., Any]:
+    """The CPU implementation: run the simulation on the arguments, keep the result in ``op.last_result``."""
     import torch
 
-    qualname = f"{lib.name}::{op.name}"
-    tlib.define(f"{op.name}{schema(op)}")
-
     def cpu(*args: Any) -> Any:
-        inputs = [to_numpy(a, op) if isinstance(a, torch.Tensor) else a for a in args]
+        inputs = [to_numpy(a, op, _argument(i, op)) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
         result = run(op, inputs)
         op.last_result = result
         return from_numpy(result.outputs)
 
-    def fake(*args: Any) -> Any:
-        shaped = [np.empty(tuple(a.shape), _dtypes()[a.dtype]) if isinstance(a, torch.Tensor) else a for a in args]
-        spec = output_spec(op, shaped)
-        torch_of = {v: k for k, v in _dtypes().items()}
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-        return torch.empty(spec.sizes(), dtype=torch_of[spec.dtype], device=device)
+    return cpu
 
-    torch.library.impl(qualname, "CPU", lib=tlib)(cpu)
-    torch.library.register_fake(qualname, lib=tlib)(fake)
+
+def _fake_kernel(op: Op) -> Callable[..., Any]:
+    """The fake (meta) implementation: the op's shape function, on sizes and dtypes alone."""
+    import torch
+
+    import nkisim.torch
+
+    def fake(*args: Any) -> Any:
+        loc = nkisim.torch.caller_location()
+        shaped = [
+            ShapeTensor(tuple(a.shape), _numpy_dtype(a, _argument(i, op), op, loc))
+            if isinstance(a, torch.Tensor)
+            else a
+            for i, a in enumerate(args)
+        ]
+        spec = output_spec(op, shaped)
+        return nkisim.torch.empty_output(args, spec.sizes(), spec.dtype)
+
+    return fake
 
 
 def _register_backward(tlib: Any, lib: Library, op: Op) -> None:
@@ -139,6 +151,8 @@ def register_torch(lib: Library) -> Any:
     """
     import torch
 
+    import nkisim.torch
+
     loc = user_location()
     current = _REGISTERED.get("library")
     if current is lib:
@@ -150,12 +164,12 @@ def register_torch(lib: Library) -> Any:
             loc=loc,
             op=lib.name,
         )
+    for op in lib.ops.values():
+        if op.shape_fn is None or op.kernel_fn is None:
+            raise GpsimdLibraryError(f"operator {op.name!r} needs a shape function and a kernel", loc=loc, op=lib.name)
     tlib = torch.library.Library(lib.name, "DEF")
     for op in lib.ops.values():
-        output_spec_ready = op.shape_fn is not None and op.kernel_fn is not None
-        if not output_spec_ready:
-            raise GpsimdLibraryError(f"operator {op.name!r} needs a shape function and a kernel", loc=loc, op=lib.name)
-        _register_op(tlib, lib, op)
+        nkisim.torch.define_op(tlib, op.name, schema(op), cpu=_cpu_kernel(op), fake=_fake_kernel(op))
     for op in lib.ops.values():
         if op.backward is not None:
             _register_backward(tlib, lib, op)

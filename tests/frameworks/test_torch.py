@@ -149,10 +149,22 @@ def test_profiles_of_every_call_are_collected() -> None:
     assert all(p.total_ns > 0 for p in profiles)
 
 
-def test_wrong_dtype_names_the_operator() -> None:
+def test_wrong_dtype_names_the_operator_and_the_callers_line() -> None:
     a = torch.randn(128, 512, dtype=torch.float64)
-    with pytest.raises(nt.OperatorError, match=r"nkisim_test::tensor_add argument 0: dtype torch.float64"):
-        add_op(a, a)
+    with pytest.raises(nt.OperatorError, match=r"nkisim_test::tensor_add argument 0: dtype torch.float64") as info:
+        add_op(a, a)  # CALL_LINE
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.endswith("# CALL_LINE"))
+    assert str(info.value).startswith(f"test_torch.py:{line}: ")  # not torch's dispatcher
+
+
+def test_one_dtype_table_both_ways() -> None:
+    import ml_dtypes
+
+    assert nt.numpy_dtype(torch.bfloat16) == np.dtype(ml_dtypes.bfloat16)
+    assert nt.numpy_dtype(torch.float8_e5m2) == np.dtype(ml_dtypes.float8_e5m2)
+    assert nt.numpy_dtype(torch.float64) is None and nt.numpy_dtype(torch.int64) is None
+    assert nt.torch_dtype(np.dtype(ml_dtypes.bfloat16)) == torch.bfloat16
+    assert nt.torch_dtype(np.dtype(np.float64)) is None
 
 
 def test_non_contiguous_and_non_cpu_inputs_are_rejected() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -102,9 +103,59 @@ def ops_handle() -> gpsimd.Op:
     return model_lib.relu
 
 
-def test_unsupported_torch_dtype(ops: Any) -> None:
-    with pytest.raises(gpsimd.GpsimdArgumentError, match="do not support"):
-        ops.relu(torch.ones(3, dtype=torch.float64))
+@pytest.mark.parametrize("dtype", ["float64", "float8_e4m3fn", "bool"])
+def test_unsupported_torch_dtype_names_the_callers_line(ops: Any, dtype: str) -> None:
+    # float64 has no NKI equivalent; fp8 and bool have one, but custom operators do not take them
+    with pytest.raises(gpsimd.GpsimdArgumentError, match="do not support") as info:
+        ops.relu(torch.ones(3).to(getattr(torch, dtype)))  # CALL_LINE
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.endswith("# CALL_LINE"))
+    assert str(info.value).startswith(f"test_torch.py:{line}: gpsimd model_ops.relu: argument 0 of model_ops.relu")
+
+
+def test_fake_kernel_refuses_an_unsupported_dtype(ops: Any) -> None:
+    with pytest.raises(gpsimd.GpsimdArgumentError, match=r"torch\.float64, which custom operators do not support"):
+        ops.relu(torch.empty(3, dtype=torch.float64, device="meta"))
+
+
+def test_meta_tensors_keep_device_and_dtype(ops: Any) -> None:
+    out = ops.relu(torch.empty(4, 5, dtype=torch.bfloat16, device="meta"))
+    assert out.device.type == "meta" and tuple(out.shape) == (4, 5) and out.dtype == torch.bfloat16
+
+
+def test_bfloat16_input_through_an_op(ops: Any) -> None:
+    x = torch.randn(70).to(torch.bfloat16)
+    out = ops.tensor_negate(x)
+    assert out.dtype == torch.float32 and torch.equal(out, -x.float())  # bf16 widens to float32 exactly
+
+
+def test_non_contiguous_input_is_taken(ops: Any) -> None:
+    x = torch.randn(70, 3).T
+    assert not x.is_contiguous() and torch.equal(ops.relu(x), torch.relu(x))
+
+
+def test_output_does_not_share_memory_with_the_kept_result(ops: Any) -> None:
+    from nkisim.examples.gpsimd_torch import model_lib
+
+    y = ops.relu(torch.ones(8))
+    y.add_(1)
+    assert np.array_equal(model_lib.relu.last_result.outputs, np.ones(8, np.float32))
+
+
+def test_tensors_are_converted_by_the_torch_adapter(ops: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nkisim.torch
+    from nkisim.frontend.frameworks import adapter
+
+    assert adapter("torch") is nkisim.torch
+    seen: list[str] = []
+    to_numpy = nkisim.torch.to_numpy
+
+    def spy(tensor: Any, where: str = "input") -> np.ndarray:
+        seen.append(where)
+        return to_numpy(tensor, where)
+
+    monkeypatch.setattr(nkisim.torch, "to_numpy", spy)
+    ops.relu(torch.ones(4))
+    assert seen == ["argument 0 of model_ops.relu"]
 
 
 def test_numpy_reference_matches_torch(ops: Any) -> None:
