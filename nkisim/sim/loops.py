@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nkisim.errors import SourceLoc
-from nkisim.memory import Storage, Tensor
+from nkisim.memory import Region, Storage, Tensor
 
 #: ``(severity, check, rule)``: how the tracker hands a finding to the checker.
 Report = Callable[[str, str, str], None]
@@ -82,8 +82,8 @@ class LoopTracker:
         self.frames: tuple[LoopFrame, ...] = ()
         self._instances = 0
         self._events: list[Event | None] = [None]  # event 0: not written or read in a loop
-        self._writes: dict[int, np.ndarray] = {}
-        self._reads: dict[int, np.ndarray] = {}
+        self._writes: dict[int, _Shadow] = {}
+        self._reads: dict[int, _Shadow] = {}
 
     # -- the loops ----------------------------------------------------------------------
 
@@ -99,6 +99,10 @@ class LoopTracker:
 
     def leave(self, instance: int) -> None:
         self.frames = tuple(f for f in self.frames if f.instance != instance)
+        if not self.frames:  # what ran in a finished loop nest can never pair with a later loop
+            self._events = [None]
+            self._writes.clear()
+            self._reads.clear()
 
     @property
     def active(self) -> bool:
@@ -128,35 +132,22 @@ class LoopTracker:
         self._events.append(Event(self.frames, loc, instruction, accumulates or rmw, tiles))
         for name, t in reads:
             folds = accumulates or (id(t.storage), t.region) in written
-            self._check(self._view(self._writes, t), instruction, name, t, folds, "read", report)
+            self._check(self._shadow(self._writes, t), instruction, name, t, folds, "read", report)
         for name, t in writes:
             folds = accumulates or (id(t.storage), t.region) in read
             how = "write" if t.buffer.is_on_chip else "write HBM"
-            self._check(
-                self._view(self._reads if t.buffer.is_on_chip else self._writes, t),
-                instruction,
-                name,
-                t,
-                folds,
-                how,
-                report,
-            )
+            shadows = self._reads if t.buffer.is_on_chip else self._writes
+            self._check(self._shadow(shadows, t), instruction, name, t, folds, how, report)
         for _, t in reads:
             if t.buffer.is_on_chip:
-                self._view(self._reads, t)[...] = event_id
+                self._shadow(self._reads, t).stamp(t, event_id)
         for _, t in writes:
-            self._view(self._writes, t)[...] = event_id
+            self._shadow(self._writes, t).stamp(t, event_id)
 
     def _check(
-        self, stamps: np.ndarray, instruction: str, name: str, t: Tensor, accumulates: bool, how: str, report: Report
+        self, shadow: _Shadow, instruction: str, name: str, t: Tensor, accumulates: bool, how: str, report: Report
     ) -> None:
-        if stamps.size == 0:
-            return
-        low, high = int(stamps.min()), int(stamps.max())
-        if high == 0:
-            return
-        ids = (high,) if low == high else tuple(int(e) for e in np.unique(stamps) if e)
-        for event_id in ids:
+        for event_id in shadow.events(t):
             earlier = self._events[event_id]
             assert earlier is not None
             if t.uid not in earlier.tiles:
@@ -167,24 +158,118 @@ class LoopTracker:
             report(*_finding(how, instruction, name, t, earlier, pair))
             return
 
-    def _view(self, shadows: dict[int, np.ndarray], t: Tensor) -> np.ndarray:
-        """The shadow stamps of every byte ``t`` touches (a dynamic view: its whole region)."""
-        storage = t.storage
-        shadow = shadows.get(storage.uid)
-        if shadow is None or shadow.shape != storage.bytes.shape:
-            shadow = shadows[storage.uid] = np.zeros(storage.bytes.shape, dtype=np.int32)
-        if t.is_dynamic:
-            r = t.region
-            return shadow[r.r0 : r.r1, r.b0 : r.b1]
-        array = t.array
-        size = shadow.itemsize
-        return np.ndarray(
-            (*array.shape, t.itemsize),
-            np.int32,
-            buffer=shadow,
-            offset=t.byte_offset * size,
-            strides=(*(s * size for s in array.strides), size),
-        )
+    @staticmethod
+    def _shadow(shadows: dict[int, _Shadow], t: Tensor) -> _Shadow:
+        shadow = shadows.get(t.storage.uid)
+        if shadow is None:
+            shadow = shadows[t.storage.uid] = _Shadow(t.storage)
+        return shadow
+
+
+class _Shadow:
+    """Which event last touched each byte of one storage, inside the running loop nest.
+
+    Disjoint boxes of bytes (rows ``[r0, r1)`` x bytes ``[b0, b1)``), each with its event:
+    most views cover their whole box, and a new access splits what it overlaps. A view that
+    does not (a strided one) switches the storage to a per-byte array of events, exact for
+    any view. Dynamic views count as their whole region.
+    """
+
+    __slots__ = ("boxes", "count", "per_byte", "storage")
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.boxes = np.zeros((8, 5), dtype=np.int64)  # r0, r1, b0, b1, event
+        self.count = 0
+        self.per_byte: np.ndarray | None = None
+
+    def events(self, t: Tensor) -> list[int]:
+        """The events (non-zero, earliest first) of the bytes ``t`` touches."""
+        if self.per_byte is not None:
+            stamps = _byte_view(self.per_byte, t)
+            if stamps.size == 0:
+                return []
+            high = int(stamps.max())
+            if high == 0:
+                return []
+            low = int(stamps.min())
+            return [high] if low == high else [int(e) for e in np.unique(stamps) if e]
+        if self.count == 0:
+            return []
+        b = self.boxes[: self.count]
+        r = t.region
+        hit = (b[:, 0] < r.r1) & (r.r0 < b[:, 1]) & (b[:, 2] < r.b1) & (r.b0 < b[:, 3])
+        return sorted({int(e) for e in b[hit, 4]})
+
+    def stamp(self, t: Tensor, event: int) -> None:
+        """``t``'s bytes were last touched by ``event``."""
+        if self.per_byte is None and not _dense(t):
+            self._to_per_byte()
+        if self.per_byte is not None:
+            _byte_view(self.per_byte, t)[...] = event
+            return
+        r = t.region
+        if r.r0 >= r.r1 or r.b0 >= r.b1:
+            return
+        b = self.boxes[: self.count]
+        hit = (b[:, 0] < r.r1) & (r.r0 < b[:, 1]) & (b[:, 2] < r.b1) & (r.b0 < b[:, 3])
+        pieces = [_minus(box, r) for box in b[hit]]
+        kept = b[~hit]
+        rows = [kept, *(np.array(p, dtype=np.int64).reshape(-1, 5) for p in pieces if p)]
+        rows.append(np.array([[r.r0, r.r1, r.b0, r.b1, event]], dtype=np.int64))
+        merged = np.concatenate(rows) if len(rows) > 1 else rows[0]
+        self.count = len(merged)
+        if self.count > len(self.boxes):
+            self.boxes = np.zeros((2 * self.count, 5), dtype=np.int64)
+        self.boxes[: self.count] = merged
+
+    def _to_per_byte(self) -> None:
+        self.per_byte = np.zeros(self.storage.bytes.shape, dtype=np.int32)
+        for r0, r1, b0, b1, event in self.boxes[: self.count].tolist():
+            self.per_byte[r0:r1, b0:b1] = event
+
+
+def _minus(box: np.ndarray, r: Region) -> list[tuple[int, int, int, int, int]]:
+    """The parts of ``box`` outside ``r`` (at most four boxes), keeping its event."""
+    r0, r1, b0, b1, event = (int(v) for v in box)
+    out = []
+    if r0 < r.r0:
+        out.append((r0, r.r0, b0, b1, event))
+    if r.r1 < r1:
+        out.append((r.r1, r1, b0, b1, event))
+    lo, hi = max(r0, r.r0), min(r1, r.r1)
+    if b0 < r.b0:
+        out.append((lo, hi, b0, r.b0, event))
+    if r.b1 < b1:
+        out.append((lo, hi, r.b1, b1, event))
+    return out
+
+
+def _dense(t: Tensor) -> bool:
+    """The view touches every byte of its region's box exactly once (a dynamic view: taken as its region)."""
+    if t.is_dynamic:
+        return True
+    array = t.array
+    r = t.region
+    if any(s == 0 and n > 1 for n, s in zip(array.shape, array.strides)):
+        return False
+    return array.size * array.itemsize == (r.r1 - r.r0) * (r.b1 - r.b0)
+
+
+def _byte_view(per_byte: np.ndarray, t: Tensor) -> np.ndarray:
+    """The per-byte events of every byte ``t`` touches (a dynamic view: its whole region)."""
+    if t.is_dynamic:
+        r = t.region
+        return per_byte[r.r0 : r.r1, r.b0 : r.b1]
+    array = t.array
+    size = per_byte.itemsize
+    return np.ndarray(
+        (*array.shape, t.itemsize),
+        np.int32,
+        buffer=per_byte,
+        offset=t.byte_offset * size,
+        strides=(*(s * size for s in array.strides), size),
+    )
 
 
 def _storage_name(storage: Storage) -> str:
