@@ -19,12 +19,15 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
     raise ImportError("nkisim.jax needs JAX, which is not installed: pip install 'nkisim[jax]'") from exc
 
 from nkisim.frontend.jit import ArraySpec, Kernel, output_specs, run
+from nkisim.frontend.validate import check_kernel, check_target
 
 __all__ = ["call", "from_numpy", "to_numpy", "write_back"]
 
 
 def call(kernel: Kernel, *arrays: Any, target: str | None = None) -> Any:
     """Run ``kernel`` on JAX arrays (or tracers) and return JAX arrays of its outputs."""
+    check_kernel("nkisim.jax.call", kernel)
+    check_target("nkisim.jax.call", target)
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
     specs = [ArraySpec(tuple(a.shape), np.dtype(a.dtype)) if hasattr(a, "shape") else a for a in arrays]

@@ -31,6 +31,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
 
 from nkisim.errors import KernelError, OperandError, SourceLoc, user_location
 from nkisim.frontend.jit import ArraySpec, Kernel, output_specs, run
+from nkisim.frontend.validate import check_kernel, check_target
 
 __all__ = [
     "OperatorError",
@@ -293,8 +294,14 @@ def custom_op(
     ``@custom_op("ns::op")`` above ``@nki.jit``. Without ``schema``, every kernel
     parameter is a ``Tensor`` and the result one ``Tensor``.
     """
+    if not isinstance(qualname, str):
+        raise TypeError(
+            f"nkisim.torch.custom_op: the operator name must be a string 'namespace::name', got {qualname!r}"
+        )
+    check_target("nkisim.torch.custom_op", target)
     if kernel is None:
         return lambda k: custom_op(qualname, k, schema=schema, target=target)
+    check_kernel("nkisim.torch.custom_op", kernel)
     if "::" not in qualname:
         raise OperandError(f"operator name {qualname!r} must be 'namespace::name'", loc=_loc(kernel))
     if not isinstance(kernel, Kernel):

@@ -151,3 +151,25 @@ def test_the_cli_answers_bad_input_with_one_line(files, capsys, argv, message):
 def test_the_cli_runs_a_good_kernel(files, capsys):
     assert main(["run", "good.py:k", "--shapes", "4x4:float32"]) == 0
     assert "k on target trn1" in capsys.readouterr().out
+
+
+# -- the framework wrappers ------------------------------------------------------------------------
+
+
+def test_the_framework_wrappers_check_their_arguments():
+    torch = pytest.importorskip("torch")
+    del torch
+    with pytest.raises(TypeError, match=r"^nkisim\.torch\.custom_op: kernel must be an @nki\.jit kernel .* got int 42"):
+        nkisim.torch.custom_op("ns::op", 42)
+    with pytest.raises(TypeError, match=r"^nkisim\.torch\.custom_op: the operator name must be a string"):
+        nkisim.torch.custom_op(7, copy)
+    with pytest.raises(TypeError, match=r"^nkisim\.torch\.custom_op: target must be a generation name"):
+        nkisim.torch.custom_op("ns::op", copy, target=1)
+
+
+def test_the_jax_wrapper_checks_its_arguments():
+    jnp = pytest.importorskip("jax.numpy")
+    with pytest.raises(TypeError, match=r"^nkisim\.jax\.call: kernel must be an @nki\.jit kernel .* got int 42"):
+        nkisim.jax.call(42, jnp.ones((4, 4)))
+    with pytest.raises(TypeError, match=r"^nkisim\.jax\.call: target must be a generation name .* got int 3"):
+        nkisim.jax.call(copy, jnp.ones((4, 4)), target=3)
