@@ -21,7 +21,7 @@ import numpy as np
 from nkisim.errors import SourceLoc
 from nkisim.tpc.errors import TpcAccessPatternError, TpcRaceError, TpcUnwrittenOutputError
 from nkisim.tpc.glue import TensorAccessPattern
-from nkisim.tpc.trace import AccessRow, TensorState, access_loc
+from nkisim.tpc.trace import AccessLog, TensorState
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
@@ -70,24 +70,23 @@ def partition(geometry: list[int], tpcs: int, order: str, seed: int) -> list[tup
     return [boxes[i] for i in rng.permutation(len(boxes))]
 
 
-def _rows(access: list[AccessRow]) -> dict[str, np.ndarray]:
-    n = len(access)
-    return {
-        "tensor": np.fromiter((r[0] for r in access), dtype=np.int64, count=n),
-        "member": np.fromiter((r[1] for r in access), dtype=np.int64, count=n),
-        "coords": np.array([r[2] for r in access], dtype=np.int64).reshape(n, 5),
-        "lanes": np.fromiter((r[3] for r in access), dtype=np.int64, count=n),
-        "store": np.fromiter((r[4] for r in access), dtype=bool, count=n),
-    }
-
-
 class Footprint:
     """The logged accesses of a run, as arrays, and the checks over them."""
 
-    def __init__(self, access: list[AccessRow], tensors: list[TensorState], where: dict[str, Any]) -> None:
+    def __init__(self, access: AccessLog, tensors: list[TensorState], where: dict[str, Any]) -> None:
         self.access = access
         self.tensors = tensors
-        self.rows = _rows(access) if access else None
+        self.rows = (
+            {
+                "tensor": access.tensor,
+                "member": access.member,
+                "coords": access.coords,
+                "lanes": access.lanes,
+                "store": access.store,
+            }
+            if len(access)
+            else None
+        )
         self.where = where  # kernel, device, kernel loc, member -> tpc
 
     def _error(self, cls: type, rule: str, loc: SourceLoc, member: int | None = None) -> Exception:
@@ -131,8 +130,8 @@ class Footprint:
                 bad = inside & ((first[:, d] < allowed_lo) | (last[:, d] > allowed_hi))
                 if bad.any():
                     k = int(np.flatnonzero(bad)[0])
-                    row = self.access[int(sel[k])]
-                    kind = "writes" if row[4] else "reads"
+                    row = int(sel[k])
+                    kind = "writes" if r["store"][row] else "reads"
                     mb = int(member[k])
                     raise self._error(
                         TpcAccessPatternError,
@@ -140,7 +139,7 @@ class Footprint:
                         f"pattern a*i + [start_b, end_b] = {m.a:g}*i + [{m.start_b:g}, {m.end_b:g}] over index-space "
                         f"dim {j} i = {int(lo[mb, j])}..{int(hi[mb, j]) - 1} "
                         f"(allowed {allowed_lo[k]:g}..{allowed_hi[k]:g})",
-                        access_loc(row),
+                        self.access.loc(row),
                         mb,
                     )
 
@@ -177,7 +176,7 @@ class Footprint:
                     f"writes tensor {t} element {self._coords(t, int(w_idx[k]))} that member {other} "
                     f"(TPC {self.where['tpc_of'][other]}) also writes: members run in any order, so the result "
                     "depends on the order",
-                    access_loc(self.access[int(w_row[k])]),
+                    self.access.loc(int(w_row[k])),
                     int(w_mem[k]),
                 )
             r_idx, r_mem, r_row = self._elements(t, False)
@@ -188,13 +187,13 @@ class Footprint:
                     k = int(bad[0])
                     other = int(o[k])
                     store_rows = w_row[(w_idx == r_idx[k]) & (w_mem == other)]
-                    store_at = access_loc(self.access[int(store_rows[0])])
+                    store_at = self.access.loc(int(store_rows[0]))
                     raise self._error(
                         TpcRaceError,
                         f"store-then-load race: loads tensor {t} element {self._coords(t, int(r_idx[k]))} that member "
                         f"{other} (TPC {self.where['tpc_of'][other]}) stores at {store_at}; members run in any order "
                         "and concurrently, so a member must not read what another writes",
-                        access_loc(self.access[int(r_row[k])]),
+                        self.access.loc(int(r_row[k])),
                         int(r_mem[k]),
                     )
             written[t] = (w_idx, w_mem)

@@ -17,9 +17,15 @@ import numpy as np
 from nkisim.errors import SourceLoc, user_location
 from nkisim.hw.tpc import TpcConfig
 from nkisim.tpc.errors import TpcLocalMemoryError, TpcTypeError
-from nkisim.tpc.intrinsics import INTRINSICS, IntrinsicSpec, _emit, method
-from nkisim.tpc.trace import C_LD, C_NONE, K_SRC, K_STV, LOAD, M_LLD, M_LST, STORE, Trace
-from nkisim.tpc.types import VECTOR_BYTES, VTYPES, Vec, int5
+from nkisim.tpc.families import emit, method
+from nkisim.tpc.intrinsics import INTRINSICS, IntrinsicSpec
+from nkisim.tpc.tape import Op, opcode
+from nkisim.tpc.trace import C_LD, C_NONE, K_SRC, K_STV, M_LST, M_NONE, STORE, Trace
+from nkisim.tpc.types import VECTOR_BYTES, VTYPES, Vec, int5, node_of
+
+#: The opcodes of ``aso()`` and of a VLM store (``ST_L_V``, its value the operand).
+_ASO = opcode(Op(None, ((STORE, C_NONE, M_NONE, -1, (), ()),)))
+_ST_L_V = opcode(Op(None, ((STORE, C_NONE, M_LST, -1, (0,), (K_STV,)),)))
 
 
 class TpcCoherenceWarning(UserWarning):
@@ -87,6 +93,8 @@ class TpcContext:
         self._offset = offset.astype(np.int32)
         self._size = size.astype(np.int32)
         self._tensor_ok = frozenset(range(tensor_count))
+        self._tensor_code = {i: trace.tensors[i].vtype.code for i in range(tensor_count)}
+        self._coords_ok: Any = None  # the last int5 seen to be a numpy int32[5]
         self._stored: set[int] = set()  # tensors stored since the last aso()
         self._warned: set[tuple[str, int]] = set()
         self._vlm: dict[int, tuple[Vec, int]] = {}
@@ -172,21 +180,16 @@ class TpcContext:
             self.lookup_at = (name, self._loc(3))
 
     def _vlm_load(self, spec: IntrinsicSpec, addr: int, predicate: Any, polarity: Any, income: Any) -> Vec:
-        t = self._t
         stored = self._vlm.get(addr)
         if stored is None or stored[0].vtype is not spec.vtype:
             value: Any = 0 if stored is None else stored[0]  # never written here: zeros
-            srcs: tuple[int, ...] = () if stored is None else (stored[1],)
+            deps: tuple[int, ...] = () if stored is None else (stored[1],)
             if stored is not None:
                 value = self.as_type(stored[0], spec.vtype)
         else:
-            value, srcs = stored[0], (stored[1],)
-        u = t.uop(LOAD, C_LD, srcs, (K_SRC,) * len(srcs), M_LLD)
+            value, deps = stored[0], (stored[1],)
         mov = INTRINSICS[f"v_{spec.vtype.prefix}_mov_b"]
-        v = _emit(self, mov, (value,), (K_SRC,), (), predicate, polarity, income, None, C_LD)
-        t.uops.pop()  # the load micro-op above replaces the move's
-        t.node_uop[v.id] = u
-        return v
+        return emit(self, mov, (value,), (K_SRC,), (), predicate, polarity, income, None, C_LD, (), deps)
 
     def _vlm_store(self, spec: IntrinsicSpec, addr: int, value: Vec, predicate: Any, polarity: Any) -> None:
         if addr % VECTOR_BYTES or not 0 <= addr < self.vlm_bytes:
@@ -198,10 +201,9 @@ class TpcContext:
                 member=self._member,
                 device=self._device,
             )
-        t = self._t
-        u = t.uop(STORE, C_NONE, (t.node_uop[value.id],), (K_STV,), M_LST)
+        n = self._t.entry(_ST_L_V, (node_of(value, 4),))
         if bool(predicate) ^ bool(polarity):
-            self._vlm[addr] = (value, u)
+            self._vlm[addr] = (value, n)
 
     def as_type(self, value: Vec, vtype: Any) -> Vec:
         """Reinterpret the bits of ``value`` as ``vtype`` (C's vector cast; no instruction)."""
@@ -211,7 +213,7 @@ class TpcContext:
 
     def aso(self) -> None:
         """``aso()``: commit older stores, so later loads of the same addresses see them."""
-        self._t.uop(STORE, C_NONE, (), ())
+        self._t.entry(_ASO, ())
         self._stored.clear()
 
     def _before_reload(self, tensor: int) -> None:

@@ -12,6 +12,7 @@ execution core (:class:`nkisim.sim.Machine`), so the profile is an ordinary
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from nkisim.tpc.glue import (
     pack_params,
     unpack_word,
 )
-from nkisim.tpc.schedule import latency_matrix, member_arrays, schedule_member
+from nkisim.tpc.schedule import latency_matrix, schedule_member, table_arrays
 from nkisim.tpc.semantics import SEMANTICS
 from nkisim.tpc.trace import M_GLD, M_GST, SLOT_NAMES, TensorState, Trace
 from nkisim.tpc.types import BY_DTYPE
@@ -390,10 +391,10 @@ def run(
     trace = Trace(states, SEMANTICS)
     boxes = partition(plan.geometry, tpcs, order, seed)
     tpc_of = [k % tpcs for k in range(len(boxes))]
-    member_uops: list[tuple[int, int]] = []
+    member_entries: list[int] = []
     for m, (offset, size) in enumerate(boxes):
         ctx = TpcContext(trace, cfg, plan.name, tpc_of[m], m, offset, size, n_tensors)
-        first = len(trace.uops)
+        member_entries.append(len(trace.seq))
         try:
             plan.kern.fn(ctx, *range(n_tensors), *plan.scalars)
         except KernelError:
@@ -408,24 +409,28 @@ def run(
                 device=cfg.name,
             ) from exc
         ctx.check_local_budget()
-        member_uops.append((first, len(trace.uops)))
     trace.flush()
+    uops, first_uop = trace.micro_ops()
+    member_entries.append(len(trace.seq))
+    member_uops = [(int(first_uop[a]), int(first_uop[b])) for a, b in itertools.pairwise(member_entries)]
     lo = np.array([b[0] for b in boxes], dtype=np.int64)
     hi = lo + np.array([b[1] for b in boxes], dtype=np.int64)
     foot = Footprint(
-        trace.access, states, {"kernel": plan.name, "device": cfg.name, "loc": plan.kern.loc, "tpc_of": tpc_of}
+        trace.access_log(member_entries[:-1]),
+        states,
+        {"kernel": plan.name, "device": cfg.name, "loc": plan.kern.loc, "tpc_of": tpc_of},
     )
     if check_mapping:
         foot.check_patterns(plan.patterns, lo, hi)
     written = foot.check_races()
     foot.check_coverage([i for i, r in enumerate(roles) if r == "output"], written)
     return _timed(
-        trace, plan, cfg, tpcs, boxes, tpc_of, member_uops, foot, outs, arrays[len(ins) + len(outs) :], memory_stalls
+        uops, plan, cfg, tpcs, boxes, tpc_of, member_uops, foot, outs, arrays[len(ins) + len(outs) :], memory_stalls
     )
 
 
 def _timed(
-    trace: Trace,
+    uops: np.ndarray,
     plan: _Plan,
     cfg: TpcConfig,
     tpcs: int,
@@ -448,16 +453,17 @@ def _timed(
     issues: list[np.ndarray] = []
     slots: list[np.ndarray] = []
     for m, (first, last) in enumerate(member_uops):
-        uops = trace.uops[first:last]
-        if not uops:
+        if last == first:
             cycles = 0
             issues.append(np.zeros(0, dtype=np.int64))
             slots.append(np.zeros(0, dtype=np.int64))
         else:
-            arrays = member_arrays(uops, first)
+            arrays = table_arrays(uops[first:last], first)
             n_mem = int(np.count_nonzero((arrays[4] == M_GLD) | (arrays[4] == M_GST)))
             horizon = (
-                16 + len(uops) * (int(lat.max()) + cfg.latency.lookup_issue_cycles + 2) + math.ceil(n_mem * transfer)
+                16
+                + (last - first) * (int(lat.max()) + cfg.latency.lookup_issue_cycles + 2)
+                + math.ceil(n_mem * transfer)
             )
             issue, used, end, mem_free = schedule_member(
                 *arrays, lat, cfg.latency.lookup_issue_cycles, cfg.ld_tnsr_in_store_slot, transfer, horizon
@@ -490,7 +496,7 @@ def _timed(
         cycles_per_tpc=per_tpc,
         member_cycles=member_cycles,
         members=[(tpc_of[m], b[0], b[1]) for m, b in enumerate(boxes)],
-        instructions=len(trace.uops),
+        instructions=int(uops.shape[0]),
         instructions_per_tpc=instrs,
         slot_utilisation={SLOT_NAMES[s]: float(slot_busy[s]) / total for s in range(4)},
         vector_loads=foot.counts(False),

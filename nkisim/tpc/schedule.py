@@ -198,6 +198,11 @@ schedule_member = numba.njit(cache=True)(schedule_reference)
 def member_arrays(uops: list[tuple[int, ...]], first: int) -> tuple[np.ndarray, ...]:
     """The scheduler's input arrays for micro-ops ``uops`` (one member's, numbered from ``first``)."""
     table = np.fromiter(itertools.chain.from_iterable(uops), dtype=np.int64, count=12 * len(uops)).reshape(-1, 12)
+    return table_arrays(table, first)
+
+
+def table_arrays(table: np.ndarray, first: int) -> tuple[np.ndarray, ...]:
+    """The scheduler's input arrays from one member's micro-op rows ``(n, 12)`` (numbered from ``first``)."""
     srcs = table[:, 2:6] - first
     nsrc = np.count_nonzero(table[:, 2:6] >= 0, axis=1)
     srcs[srcs < 0] = -1  # none, or a value from outside this member (ready at the start)

@@ -12,6 +12,7 @@ shrinks (from one per vector to one per group).
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import numba
 import numpy as np
 
 from nkisim.errors import SourceLoc
+from nkisim.tpc.tape import MAX_OPERANDS, OPS, depths, expand, tables
 from nkisim.tpc.types import BY_CODE, VECTOR_BYTES, Vec, VType
 
 #: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
@@ -90,54 +92,54 @@ def _scatter_in_order(flat: np.ndarray, index: np.ndarray, values: np.ndarray) -
         flat[index[i]] = values[i]
 
 
-#: One vector access, as the footprint checks read it: (tensor, member, coords, lanes, is_store, code, line).
-AccessRow = tuple[int, int, tuple[int, ...], int, bool, Any, int]
+def _ints(column: Any) -> np.ndarray:
+    """A column of ints (or Vec handles, read as their raw int) as int64."""
+    return np.frombuffer(array("q", column), dtype=np.int64)
 
 
-def access_loc(row: AccessRow) -> SourceLoc:
-    """The kernel line of a logged access."""
-    code = row[5]
-    return SourceLoc(code.co_filename, row[6], code.co_name)
+def code_line(code: Any, lasti: int) -> int:
+    """The source line of byte offset ``lasti`` of ``code``."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 class Trace:
-    """The nodes, micro-ops, pending stores and access log of one run (all members)."""
+    """The tape of one run (all members): entries, their operands, values, and the tensor access log.
+
+    Attributes:
+        seq: every entry's opcode, in program order (an entry's number is its position).
+        rows: per opcode, the operands of its entries not evaluated yet: ``(entry, operand, ...)``.
+        acc: tensor loads and stores not evaluated yet: ``(entry, coords bytes, code, lasti, value)``.
+        dirty: tensors with stores not applied yet.
+    """
 
     def __init__(self, tensors: list[TensorState], semantics: list[Semantics]) -> None:
         self.tensors = tensors
         self.semantics = semantics
-        self.key: list[tuple[Any, ...]] = []
-        self.ops: list[tuple[Any, ...]] = []
-        self.level: list[int] = []
-        self.node_uop: list[int] = []
-        #: micro-ops: (slot, class, 4 source micro-ops (-1: none), 4 consumer kinds, memory kind, tensor)
-        self.uops: list[tuple[int, ...]] = []
-        self.base = 0
-        self._values = np.zeros((1024, VECTOR_BYTES), dtype=np.uint8)
-        self.pending: list[tuple[int, tuple[int, ...], int, int]] = []  # (tensor, coords, node, lanes)
+        self.seq: list[int] = []
+        self.rows: defaultdict[int, list[tuple[Any, ...]]] = defaultdict(list)
+        self.acc: list[tuple[Any, ...]] = []
         self.dirty: set[int] = set()
-        self.access: list[AccessRow] = []
+        self.base = 0
+        cap = 1024
+        self._ops = np.zeros(cap, dtype=np.int64)
+        self._src = np.full((cap, MAX_OPERANDS), -1, dtype=np.int64)
+        self._level = np.zeros(cap, dtype=np.int64)
+        self._values = np.zeros((cap, VECTOR_BYTES), dtype=np.uint8)
+        self._acc_n: list[np.ndarray] = []
+        self._acc_coords: list[np.ndarray] = []
+        self._acc_where: list[tuple[Any, ...]] = []
 
-    # -- recording ----------------------------------------------------------------------
+    # -- recording (the slow paths; the fast ones append to seq/rows/acc themselves) ---------
 
-    def node(self, key: tuple[Any, ...], ops: tuple[Any, ...], vtype: VType, level: int, uop: int) -> Vec:
-        """Append a value node (evaluated later) produced by micro-op ``uop``."""
-        node = len(self.key)
-        self.key.append(key)
-        self.ops.append(ops)
-        self.level.append(level)
-        self.node_uop.append(uop)
-        return Vec(node, vtype)
-
-    def lvl(self, node: int) -> int:
-        """The dataflow depth of a node not evaluated yet (-1 once evaluated)."""
-        return self.level[node] if node >= self.base else -1
-
-    def uop(self, slot: int, cls: int, srcs: tuple[int, ...], kinds: tuple[int, ...], mem: int = 0, t: int = -1) -> int:
-        """Append a micro-op: up to 4 source micro-ops with their consumer kinds; returns its number."""
-        pad = 4 - len(srcs)
-        self.uops.append((slot, cls, *srcs, *(-1,) * pad, *kinds, *(0,) * pad, mem, t))
-        return len(self.uops) - 1
+    def entry(self, op: int, operands: tuple[Any, ...]) -> int:
+        """Append an entry with opcode ``op`` and its operands; returns its number."""
+        n = len(self.seq)
+        self.seq.append(op)
+        self.rows[op].append((n, *operands))
+        return n
 
     # -- evaluation ---------------------------------------------------------------------
 
@@ -148,42 +150,107 @@ class Trace:
         vt = v.vtype
         return self._values[v.id, : vt.lanes * vt.dtype.itemsize].view(vt.dtype).copy()
 
-    def flush(self) -> None:
-        """Evaluate every pending node, then apply the pending stores in program order."""
-        start, end = self.base, len(self.key)
-        if end > start:
-            if end > self._values.shape[0]:
-                grown = np.zeros((max(end, 2 * self._values.shape[0]), VECTOR_BYTES), dtype=np.uint8)
-                grown[: self._values.shape[0]] = self._values
-                self._values = grown
-            groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-            key, level = self.key, self.level
-            for i in range(start, end):
-                groups[(level[i], key[i])].append(i)
-            for lv_key in sorted(groups, key=lambda k: k[0]):
-                self._run_group(np.array(groups[lv_key], dtype=np.int64), lv_key[1])
-            self.base = end
-        if self.pending:
-            self._apply_stores()
+    def _grow(self, end: int) -> None:
+        cap = self._ops.shape[0]
+        if end <= cap:
+            return
+        new = max(end, 2 * cap)
+        for name in ("_ops", "_src", "_level", "_values"):
+            old = getattr(self, name)
+            grown = np.full((new, *old.shape[1:]), -1 if name == "_src" else 0, dtype=old.dtype)
+            grown[:cap] = old
+            setattr(self, name, grown)
 
-    def _operand(self, nodes: list[tuple[Any, ...]], p: int, kind: int) -> np.ndarray:
+    def flush(self) -> None:
+        """Evaluate every entry not evaluated yet, then apply its stores in program order."""
+        start, end = self.base, len(self.seq)
+        if end == start:
+            return
+        self._grow(end)
+        ops, src = self._ops, self._src
+        ops[start:end] = _ints(self.seq[start:end])
+        tab = tables()
+        groups: list[tuple[int, int, np.ndarray, list[Any]]] = []  # (level, opcode, entries, operand columns)
+        columns: list[tuple[int, np.ndarray, list[Any]]] = []
+        for op, rows in self.rows.items():
+            cols = list(zip(*rows))
+            ids = _ints(cols[0])
+            key = OPS[op].key
+            pattern = key[1] if key is not None else ()
+            operands: list[Any] = []
+            for p, col in enumerate(cols[1:]):
+                if p < len(pattern) and pattern[p] < 0:
+                    operands.append(col)  # scalars, converted per group
+                    continue
+                entries = _ints(col)
+                if p < len(pattern):
+                    entries = entries >> 4  # Vec handles: node << 4 | type code
+                src[ids, p] = entries
+                operands.append(entries)
+            columns.append((op, ids, operands))
+        self.rows = defaultdict(list)
+        loads: tuple[np.ndarray, np.ndarray] | None = None
+        stores: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if self.acc:
+            n_col, coord_col, code_col, lasti_col, value_col = zip(*self.acc)
+            self.acc = []
+            acc_n = _ints(n_col)
+            coords = np.frombuffer(b"".join(coord_col), dtype=np.int32).reshape(-1, 5).astype(np.int64)
+            self._acc_n.append(acc_n)
+            self._acc_coords.append(coords)
+            self._acc_where.append((code_col, lasti_col))
+            is_store = tab.access[ops[acc_n], 2] == 1
+            st = np.flatnonzero(is_store)
+            if st.size:
+                values = _ints(value_col)[st] >> 4
+                src[acc_n[st], 0] = values
+                stores = (acc_n[st], coords[st], values)
+            ld = np.flatnonzero(~is_store)
+            if ld.size:
+                loads = (acc_n[ld], coords[ld])
+        level = self._level
+        depths(ops[:end], src[:end], tab.valmask, level, start, start)
+        for op, ids, operands in columns:
+            if OPS[op].key is None:
+                continue
+            lv = level[ids]
+            found = np.unique(lv)
+            if found.size == 1:
+                groups.append((int(found[0]), op, ids, operands))
+                continue
+            for v in found.tolist():
+                sel = np.flatnonzero(lv == v)
+                subset = [c[sel] if type(c) is np.ndarray else [c[i] for i in sel] for c in operands]
+                groups.append((v, op, ids[sel], subset))
+        if loads is not None:
+            ids, coords = loads
+            lops = ops[ids]
+            for op in np.unique(lops).tolist():
+                sel = np.flatnonzero(lops == op)
+                groups.append((0, op, ids[sel], [coords[sel]]))
+        groups.sort(key=lambda g: g[0])
+        for _, op, ids, operands in groups:
+            self._run_group(ids, OPS[op].key, operands)
+        self.base = end
+        if stores is not None:
+            self._apply_stores(*stores, ops)
+
+    def _operand(self, column: Any, kind: int) -> np.ndarray:
         if kind >= 0:
             vt = BY_CODE[kind]
-            ids = np.fromiter((o[p] for o in nodes), dtype=np.int64, count=len(nodes))
-            return self._values[ids, : vt.lanes * vt.dtype.itemsize].view(vt.dtype)
+            return self._values[column, : vt.lanes * vt.dtype.itemsize].view(vt.dtype)
         if kind == COORDS:
-            return np.array([o[p] for o in nodes], dtype=np.int64).reshape(len(nodes), 5)
+            return column
         dtype = BY_CODE[SCALAR - kind].dtype
-        column = np.array([o[p] for o in nodes], dtype=np.float64 if dtype.kind in "fV" else np.int64)
+        values = np.array(column, dtype=np.float64 if dtype.kind in "fV" else np.int64)
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
-            column = np.clip(column, info.min, info.max)
-        return column.astype(dtype)[:, None]
+            values = np.clip(values, info.min, info.max)
+        return values.astype(dtype)[:, None]
 
-    def _run_group(self, ids: np.ndarray, key: tuple[Any, ...]) -> None:
+    def _run_group(self, ids: np.ndarray, key: tuple[Any, ...], operands: list[Any]) -> None:
         sem, pattern, statics, out_code, _, vb = key
-        ops = [self.ops[i] for i in ids]
-        args = [self._operand(ops, p, kind) for p, kind in enumerate(pattern)]
+        args = [self._operand(operands[p], kind) for p, kind in enumerate(pattern)]
         if sem < 0:  # a tensor load
             result = self._load(args[0], statics[0], statics[1])
         else:
@@ -205,21 +272,67 @@ class Trace:
             values = np.where(ok, values, np.asarray(t.pad).astype(flat.dtype))
         return values
 
-    def _apply_stores(self) -> None:
-        by_tensor: dict[int, list[tuple[tuple[int, ...], int, int]]] = defaultdict(list)
-        for tensor, coords, node, lanes in self.pending:
-            by_tensor[tensor].append((coords, node, lanes))
-        for tensor, stores in by_tensor.items():
+    def _apply_stores(self, entries: np.ndarray, coords: np.ndarray, nodes: np.ndarray, ops: np.ndarray) -> None:
+        tensors = tables().access[ops[entries], 0]
+        for tensor in dict.fromkeys(tensors.tolist()):
+            sel = np.flatnonzero(tensors == tensor)
             t = self.tensors[tensor]
-            lanes = stores[0][2]
-            coords = np.array([s[0] for s in stores], dtype=np.int64)
-            nodes = np.array([s[1] for s in stores], dtype=np.int64)
-            values = self._values[nodes, : lanes * t.vtype.dtype.itemsize].view(t.data.dtype)
-            index, ok = t.elements(coords, lanes)
+            lanes = t.vtype.lanes
+            values = self._values[nodes[sel], : lanes * t.vtype.dtype.itemsize].view(t.data.dtype)
+            index, ok = t.elements(coords[sel], lanes)
             flat = t.flat
             _scatter_in_order(flat.view(_UINT[flat.itemsize]), index[ok], values[ok].view(_UINT[flat.itemsize]))
-        self.pending.clear()
         self.dirty.clear()
+
+    # -- after the run ------------------------------------------------------------------
+
+    def access_log(self, member_starts: list[int]) -> AccessLog:
+        """Every tensor access of the run, as arrays (call after the last :meth:`flush`)."""
+        n = np.concatenate(self._acc_n) if self._acc_n else np.zeros(0, dtype=np.int64)
+        coords = np.concatenate(self._acc_coords) if self._acc_coords else np.zeros((0, 5), dtype=np.int64)
+        info = tables().access[self._ops[n]]
+        member = np.searchsorted(np.asarray(member_starts, dtype=np.int64), n, side="right") - 1
+        codes = [c for chunk in self._acc_where for c in chunk[0]]
+        lastis = [i for chunk in self._acc_where for i in chunk[1]]
+        return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, codes, lastis)
+
+    def micro_ops(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every micro-op ``(n, 12)`` (see :func:`nkisim.tpc.tape.expand`) and each entry's first micro-op."""
+        end = len(self.seq)
+        tab = tables()
+        ops = self._ops[:end]
+        per_entry = np.where(tab.alias[ops], 0, tab.count[ops])
+        first = np.concatenate(([0], np.cumsum(per_entry)))
+        out = np.zeros((int(first[-1]), 12), dtype=np.int64)
+        entry_uop = np.full(end, -1, dtype=np.int64)
+        expand(ops, self._src[:end], tab.start, tab.count, tab.rows, tab.alias, entry_uop, out)
+        return out, first
+
+
+@dataclass
+class AccessLog:
+    """The vector accesses of a run, one row each, in program order.
+
+    Attributes:
+        tensor, member, coords, lanes, store: per access (coords ``(n, 5)``, dim0 first).
+        codes, lastis: the calling code object and byte offset of each access (its kernel line).
+    """
+
+    tensor: np.ndarray
+    member: np.ndarray
+    coords: np.ndarray
+    lanes: np.ndarray
+    store: np.ndarray
+    codes: list[Any]
+    lastis: list[int]
+
+    def __len__(self) -> int:
+        return int(self.tensor.shape[0])
+
+    def loc(self, row: int) -> SourceLoc:
+        """The kernel line of access ``row``."""
+        code = self.codes[row]
+        return SourceLoc(code.co_filename, code_line(code, self.lastis[row]), code.co_name)
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

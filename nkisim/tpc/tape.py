@@ -1,0 +1,166 @@
+"""Opcodes of the trace tape, and the compiled passes over it (dataflow depth, micro-op expansion).
+
+An intrinsic call appends one *entry* to the tape: an opcode (an int) and its operands. The opcode
+stands for everything that is the same from call to call of one intrinsic with one operand pattern:
+its value semantics (the grouping key of :mod:`nkisim.tpc.trace`), the micro-ops it becomes (slot,
+latency class, memory kind, which operands they read and how), and, for tensor loads and stores,
+the tensor. Opcodes are interned once per distinct :class:`Op`, so the recording fast paths compute
+theirs ahead of the call and append plain ints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+#: Operands an entry may have (vector, scalar or dependency-only).
+MAX_OPERANDS = 8
+#: A micro-op source that is the micro-op before it in the same entry (a macro's chain).
+PREV = -2
+
+
+@dataclass(frozen=True)
+class Op:
+    """What one opcode means.
+
+    Attributes:
+        key: the value's grouping key ``(sem, pattern, statics, out code, type code, vb)``; None: no value.
+        uops: the micro-ops, each ``(slot, class, memory, tensor, (operand or PREV, ...), (kind, ...))``.
+        alias: the value is operand 0's bits and its micro-op is operand 0's (a cast, no instruction).
+        access: ``(tensor, lanes, is_store)`` for a tensor load or store.
+    """
+
+    key: tuple[Any, ...] | None
+    uops: tuple[tuple[Any, ...], ...]
+    alias: bool = False
+    access: tuple[int, int, bool] | None = None
+
+
+#: Every opcode's meaning, by opcode.
+OPS: list[Op] = []
+_INDEX: dict[Op, int] = {}
+
+
+def opcode(op: Op) -> int:
+    """The opcode of ``op`` (interned)."""
+    found = _INDEX.get(op)
+    if found is None:
+        found = _INDEX[op] = len(OPS)
+        OPS.append(op)
+    return found
+
+
+def value_positions(key: tuple[Any, ...] | None) -> tuple[int, ...]:
+    """Operand positions that carry vector values (the pattern's vector codes)."""
+    return () if key is None else tuple(p for p, k in enumerate(key[1]) if k >= 0)
+
+
+class Tables:
+    """The opcode table as arrays for the compiled passes (rebuilt when opcodes are added).
+
+    Attributes:
+        start, count: each opcode's micro-op template rows.
+        rows: ``(slot, class, memory, tensor, 4 sources, 4 kinds)`` per template row.
+        alias: opcodes that are bit casts.
+        valmask: ``[opcode, position]``: the operand is a vector value (its depth counts).
+        has_value: the opcode makes a value.
+        access: ``[opcode] -> (tensor, lanes, is_store)`` or ``(-1, 0, 0)``.
+    """
+
+    def __init__(self) -> None:
+        n = len(OPS)
+        self.size = n
+        self.start = np.zeros(n, dtype=np.int64)
+        self.count = np.zeros(n, dtype=np.int64)
+        rows: list[list[int]] = []
+        self.alias = np.zeros(n, dtype=np.bool_)
+        self.valmask = np.zeros((n, MAX_OPERANDS), dtype=np.bool_)
+        self.has_value = np.zeros(n, dtype=np.bool_)
+        self.access = np.full((n, 3), -1, dtype=np.int64)
+        for i, op in enumerate(OPS):
+            self.start[i] = len(rows)
+            self.count[i] = len(op.uops)
+            for slot, cls, mem, tensor, srcs, kinds in op.uops:
+                s = list(srcs[:4]) + [-1] * (4 - len(srcs[:4]))
+                k = list(kinds[:4]) + [0] * (4 - len(kinds[:4]))
+                rows.append([slot, cls, mem, tensor, *s, *k])
+            self.alias[i] = op.alias
+            self.has_value[i] = op.key is not None
+            for p in value_positions(op.key):
+                self.valmask[i, p] = True
+            if op.access is not None:
+                self.access[i] = (op.access[0], op.access[1], int(op.access[2]))
+        self.rows = np.array(rows, dtype=np.int64).reshape(-1, 12)
+
+
+_TABLES: list[Tables] = []
+
+
+def tables() -> Tables:
+    """The current opcode arrays."""
+    if not _TABLES or _TABLES[0].size != len(OPS):
+        _TABLES[:] = [Tables()]
+    return _TABLES[0]
+
+
+@numba.njit(cache=True)
+def depths(ops: np.ndarray, src: np.ndarray, valmask: np.ndarray, level: np.ndarray, start: int, base: int) -> None:
+    """Dataflow depth of entries ``start..``: 1 + the deepest vector operand not evaluated yet (>= ``base``)."""
+    for n in range(start, ops.shape[0]):
+        op = ops[n]
+        lv = 0
+        for p in range(src.shape[1]):
+            s = src[n, p]
+            if s >= base and valmask[op, p] and level[s] + 1 > lv:
+                lv = level[s] + 1
+        level[n] = lv
+
+
+@numba.njit(cache=True)
+def expand(
+    ops: np.ndarray,
+    src: np.ndarray,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    rows: np.ndarray,
+    alias: np.ndarray,
+    entry_uop: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """Write every entry's micro-ops ``(slot, class, 4 sources, 4 kinds, memory, tensor)`` into ``out``.
+
+    Sources are absolute micro-op numbers (-1: none). ``entry_uop[n]`` becomes the micro-op that
+    makes entry ``n``'s value. Returns the number of micro-ops.
+    """
+    u = 0
+    for n in range(ops.shape[0]):
+        op = ops[n]
+        if alias[op]:
+            s = src[n, 0]
+            entry_uop[n] = entry_uop[s] if s >= 0 else -1
+            continue
+        for r in range(starts[op], starts[op] + counts[op]):
+            out[u, 0] = rows[r, 0]
+            out[u, 1] = rows[r, 1]
+            j = 0
+            for q in range(4):
+                p = rows[r, 4 + q]
+                if p == -1:
+                    continue
+                s = u - 1 if p == PREV else (entry_uop[src[n, p]] if src[n, p] >= 0 else -1)
+                if p != PREV and src[n, p] < 0:
+                    continue  # a scalar operand: not a source
+                out[u, 2 + j] = s
+                out[u, 6 + j] = rows[r, 8 + q]
+                j += 1
+            for q in range(j, 4):
+                out[u, 2 + q] = -1
+                out[u, 6 + q] = 0
+            out[u, 10] = rows[r, 2]
+            out[u, 11] = rows[r, 3]
+            u += 1
+        entry_uop[n] = u - 1 if counts[op] else -1
+    return u
