@@ -155,6 +155,8 @@ class Footprint:
         index, ok = self.tensors[t].elements(r["coords"][sel], lanes)
         member = np.broadcast_to(r["member"][sel][:, None], index.shape)
         row = np.broadcast_to(sel[:, None], index.shape)
+        if ok is None:
+            return index.reshape(-1), member.reshape(-1), row.reshape(-1)
         return index[ok], member[ok], row[ok]
 
     def check_races(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:

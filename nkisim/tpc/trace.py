@@ -75,14 +75,20 @@ class TensorState:
     def flat(self) -> np.ndarray:
         return self.data.reshape(-1)
 
-    def elements(self, coords: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
-        """Flat indices ``(n, lanes)`` of vector accesses at ``coords`` ``(n, 5)``, and which are in bounds."""
+    def elements(self, coords: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Flat indices ``(n, lanes)`` of vector accesses at ``coords`` ``(n, 5)``, and which are in bounds.
+
+        The mask is None when every lane of every access is in bounds (the common case).
+        """
         sizes = self.sizes
+        d0 = coords[:, 0]
         inside = np.all((coords[:, 1:] >= 0) & (coords[:, 1:] < sizes[1:]), axis=1)
-        dim0 = coords[:, :1] + np.arange(lanes)
-        ok = (dim0 >= 0) & (dim0 < sizes[0]) & inside[:, None]
         base = coords[:, 1:] @ self.strides[1:]
-        return base[:, None] + dim0, ok
+        index = (base + d0)[:, None] + np.arange(lanes)
+        if inside.all() and d0.min(initial=0) >= 0 and d0.max(initial=0) + lanes <= sizes[0]:
+            return index, None
+        dim0 = d0[:, None] + np.arange(lanes)
+        return index, (dim0 >= 0) & (dim0 < sizes[0]) & inside[:, None]
 
 
 @numba.njit(cache=True)
@@ -267,10 +273,10 @@ class Trace:
         t = self.tensors[tensor]
         index, ok = t.elements(coords, lanes)
         flat = t.flat
+        if ok is None:
+            return flat[index]
         values = flat[np.where(ok, index, 0)]
-        if not ok.all():
-            values = np.where(ok, values, np.asarray(t.pad).astype(flat.dtype))
-        return values
+        return np.where(ok, values, np.asarray(t.pad).astype(flat.dtype))
 
     def _apply_stores(self, entries: np.ndarray, coords: np.ndarray, nodes: np.ndarray, ops: np.ndarray) -> None:
         tensors = tables().access[ops[entries], 0]
@@ -280,8 +286,12 @@ class Trace:
             lanes = t.vtype.lanes
             values = self._values[nodes[sel], : lanes * t.vtype.dtype.itemsize].view(t.data.dtype)
             index, ok = t.elements(coords[sel], lanes)
+            if ok is not None:
+                index, values = index[ok], values[ok]
             flat = t.flat
-            _scatter_in_order(flat.view(_UINT[flat.itemsize]), index[ok], values[ok].view(_UINT[flat.itemsize]))
+            _scatter_in_order(
+                flat.view(_UINT[flat.itemsize]), index.reshape(-1), values.reshape(-1).view(_UINT[flat.itemsize])
+            )
         self.dirty.clear()
 
     # -- after the run ------------------------------------------------------------------
