@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -143,21 +144,20 @@ class Footprint:
                         mb,
                     )
 
-    def _elements(self, t: int, store: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Flat elements a tensor's loads (or stores) touch in bounds, with their member and access row."""
+    def _elements(self, t: int, store: bool) -> tuple[np.ndarray, np.ndarray, Callable[[int], int]]:
+        """Flat elements a tensor's loads (or stores) touch in bounds, their members, and ``k -> access row``."""
         r = self.rows
         assert r is not None
         sel = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
         if not sel.size:
             empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
+            return empty, empty, int
         lanes = int(r["lanes"][sel[0]])
         index, ok = self.tensors[t].elements(r["coords"][sel], lanes)
         member = np.broadcast_to(r["member"][sel][:, None], index.shape)
-        row = np.broadcast_to(sel[:, None], index.shape)
         if ok is None:
-            return index.reshape(-1), member.reshape(-1), row.reshape(-1)
-        return index[ok], member[ok], row[ok]
+            return index.reshape(-1), member.reshape(-1), lambda k: int(sel[k // lanes])
+        return index[ok], member[ok], lambda k: int(np.broadcast_to(sel[:, None], index.shape)[ok][k])
 
     def check_races(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """No member touches what another writes; returns each written tensor's (elements, members)."""
@@ -178,7 +178,7 @@ class Footprint:
                     f"writes tensor {t} element {self._coords(t, int(w_idx[k]))} that member {other} "
                     f"(TPC {self.where['tpc_of'][other]}) also writes: members run in any order, so the result "
                     "depends on the order",
-                    self.access.loc(int(w_row[k])),
+                    self.access.loc(w_row(k)),
                     int(w_mem[k]),
                 )
             r_idx, r_mem, r_row = self._elements(t, False)
@@ -188,14 +188,14 @@ class Footprint:
                 if bad.size:
                     k = int(bad[0])
                     other = int(o[k])
-                    store_rows = w_row[(w_idx == r_idx[k]) & (w_mem == other)]
-                    store_at = self.access.loc(int(store_rows[0]))
+                    store_k = int(np.flatnonzero((w_idx == r_idx[k]) & (w_mem == other))[0])
+                    store_at = self.access.loc(w_row(store_k))
                     raise self._error(
                         TpcRaceError,
                         f"store-then-load race: loads tensor {t} element {self._coords(t, int(r_idx[k]))} that member "
                         f"{other} (TPC {self.where['tpc_of'][other]}) stores at {store_at}; members run in any order "
                         "and concurrently, so a member must not read what another writes",
-                        self.access.loc(int(r_row[k])),
+                        self.access.loc(r_row(k)),
                         int(r_mem[k]),
                     )
             written[t] = (w_idx, w_mem)
