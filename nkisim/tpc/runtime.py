@@ -46,7 +46,7 @@ from nkisim.tpc.glue import (
     pack_params,
     unpack_word,
 )
-from nkisim.tpc.schedule import latency_matrix, schedule_member, table_arrays
+from nkisim.tpc.schedule import latency_matrix, schedule_member, split_members
 from nkisim.tpc.semantics import SEMANTICS
 from nkisim.tpc.trace import M_GLD, M_GST, SLOT_NAMES, TensorState, Trace
 from nkisim.tpc.types import BY_DTYPE
@@ -476,13 +476,14 @@ def _timed(
     slot_busy = np.zeros(4, dtype=np.int64)
     issues: list[np.ndarray] = []
     slots: list[np.ndarray] = []
+    per_member = split_members(uops, member_uops)
     for m, (first, last) in enumerate(member_uops):
         if last == first:
             cycles = 0
             issues.append(np.zeros(0, dtype=np.int64))
             slots.append(np.zeros(0, dtype=np.int64))
         else:
-            arrays = table_arrays(uops[first:last], first)
+            arrays = per_member[m]
             n_mem = int(np.count_nonzero((arrays[4] == M_GLD) | (arrays[4] == M_GST)))
             horizon = (
                 16
