@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import csv
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -245,10 +246,15 @@ def test_a_damaged_results_line_is_run_again_with_a_warning(tmp_path):
 # -- executors ------------------------------------------------------------------------------
 
 
+def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+    """A process pool that does not fork this process (other tests may have started JAX's threads)."""
+    return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+
+
 def test_a_process_pool_gives_the_same_records_bit_for_bit():
     params = {"repeats": [1, 2, 5], "width": [64, 512]}
     here = nkisim.sweep(copies, SPEC, params=params, targets=["trn1", "trn2"])
-    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+    with _pool(2) as pool:
         there = nkisim.sweep(copies, SPEC, params=params, targets=["trn1", "trn2"], executor=pool)
         closures = nkisim.sweep(make_scaled, [np.ones((128, 4), np.float32)], params={"factor": [2, 3]}, executor=pool)
     assert fingerprint(there) == fingerprint(here)
@@ -256,7 +262,7 @@ def test_a_process_pool_gives_the_same_records_bit_for_bit():
 
 
 def test_a_worker_that_dies_is_reported_and_the_sweep_finishes():
-    with concurrent.futures.ProcessPoolExecutor(1) as pool:
+    with _pool(1) as pool:
         table = nkisim.sweep(dies_at_three, SPEC, params={"n": [1, 3]}, executor=pool)
     assert len(table) == 2
     assert table[1].error.startswith("worker process died: BrokenProcessPool")
@@ -289,7 +295,7 @@ def test_the_example_sweep_is_bit_identical_on_a_process_pool_and_a_dask_cluster
     here = tune_matmul.tune(progress=False, shapes=small)
     assert len(here) == 120 and len(here.failures) == 120 - 2 * 18
     assert {r.error for r in here.failures} == {"AssertionError: shape must tile into blocks"}
-    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+    with _pool(2) as pool:
         pooled = tune_matmul.tune(pool, progress=False, shapes=small)
     with _local_cluster(distributed) as cluster, distributed.Client(cluster) as client:
         clustered = tune_matmul.tune(client, progress=False, shapes=small)
