@@ -81,3 +81,15 @@ def matmul_over_partial_read(a, b):
         nisa.tensor_copy(dst=partial, src=acc)
     nisa.dma_copy(dst=out, src=partial)
     return out
+
+
+def hbm_first_column_every_iteration(a):
+    """Each iteration stores its row sums into the same column of ``out``."""
+    out = nl.ndarray((P, 1), a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // P):
+        t = nl.ndarray((P, F), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[i * P : (i + 1) * P])
+        s = nl.ndarray((P, 1), a.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=t, axis=1)
+        nisa.dma_copy(dst=out[:, 0:1], src=s)  # @hbm_first_column_every_iteration
+    return out

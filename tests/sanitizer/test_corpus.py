@@ -73,6 +73,7 @@ CASES = [
     Case(races, "single_buffer_reused", "race", "error"),
     Case(races, "scalar_overwrites_shared", "race", "error"),
     Case(races, "matmul_over_partial_read", "race", "error", MATMUL_LOOP),
+    Case(races, "hbm_first_column_every_iteration", "race", "error"),
     # misuse the documentation calls undefined
     Case(misuse, "start_16_for_32_partitions", "partition-start", "error", TILE),
     Case(misuse, "start_32_for_64_partitions", "partition-start", "error", TILE),
@@ -102,6 +103,7 @@ CASES = [
     Case(uninitialised, "matmul_moving_half_written", "uninitialized-read", "error", SQUARE),
     Case(uninitialised, "partly_copied_operand", "uninitialized-read", "error", TILE, target="trn3"),
     Case(uninitialised, "used_before_load_in_loop", "uninitialized-read", "error"),
+    Case(uninitialised, "reduce_over_unwritten_tail", "uninitialized-read", "error", TILE),
 ]
 
 

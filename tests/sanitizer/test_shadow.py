@@ -44,8 +44,11 @@ def test_events_match_a_per_byte_reference(accesses, probe):
     def painted(view: np.ndarray) -> np.ndarray:
         mask = np.zeros(storage.bytes.shape, dtype=bool)
         as_bytes = np.ndarray(
-            (*view.shape, 4), np.bool_, buffer=mask, offset=view.__array_interface__["data"][0]
-            - storage.bytes.__array_interface__["data"][0], strides=(*view.strides, 1)
+            (*view.shape, 4),
+            np.bool_,
+            buffer=mask,
+            offset=view.__array_interface__["data"][0] - storage.bytes.__array_interface__["data"][0],
+            strides=(*view.strides, 1),
         )
         as_bytes[...] = True
         return mask

@@ -95,3 +95,12 @@ def used_before_load_in_loop(a):
         nisa.dma_copy(dst=x, src=a[i * P : (i + 1) * P])
         nisa.dma_copy(dst=out[i * P : (i + 1) * P], src=y)
     return out
+
+
+def reduce_over_unwritten_tail(a):
+    """The row sum covers 64 columns, of which only 48 were loaded."""
+    x = nl.ndarray((P, F), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x[:, 0:48], src=a[:, 0:48])
+    s = nl.ndarray((P, 1), a.dtype, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=s, op=nl.add, data=x, axis=1)  # @reduce_over_unwritten_tail
+    return _stored(s)
