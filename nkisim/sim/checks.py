@@ -24,6 +24,7 @@ from nkisim.hw import Engine, HwConfig
 from nkisim.isa.spec import Access, InstructionSpec, Operands
 from nkisim.memory import Buffer, Storage, Tensor, dtype_name
 from nkisim.memory.dtypes import ConversionLog
+from nkisim.sim.carried import carrier
 from nkisim.sim.loops import LoopTracker
 
 #: The values of ``check=``.
@@ -41,6 +42,10 @@ CHECKS = (
     "activation-range",
     "saturation",
 )
+
+#: Shadow marks per on-chip byte: never written; written by an engine; written by the Tensor Engine;
+#: holding never-written values a carrier moved there (nkisim.sim.carried; the origin map says which).
+_NEVER, _WRITTEN, _TENSOR, _CARRIED = 0, 1, 2, 3
 
 _IGNORED: ContextVar[frozenset[str]] = ContextVar("nkisim_ignored_checks", default=frozenset())
 
@@ -88,6 +93,14 @@ class Checker:
         self.target = hw.name
         self._by_site: dict[tuple[str, str, int], Diagnostic] = {}
         self._shadows: dict[int, np.ndarray] = {}
+        #: Per byte marked _CARRIED: the number of its entry in ``_origins`` (1-based).
+        self._origin_maps: dict[int, np.ndarray] = {}
+        #: Where carried never-written values were first read: (loc, instruction, rule).
+        self._origins: list[tuple[SourceLoc, str, str]] = []
+        #: What the instruction running now carries: (dst, per-element taint), and how many dst
+        #: values it computes from never-written elements (their NaN or saturation is not reported).
+        self._carrying: tuple[Tensor, np.ndarray] | None = None
+        self._carried_values = 0
         self.conversions = ConversionLog()
         #: The ``affine_range`` loops running now (the front end enters and leaves them).
         self.loops = LoopTracker()
@@ -133,12 +146,26 @@ class Checker:
 
     def _view(self, t: Tensor, every_byte: bool) -> np.ndarray:
         """The shadow bytes of a static view: every byte of each element, or the first byte of each."""
-        shadow = self._shadow(t.storage)
-        array = t.array
-        shape, strides = array.shape, array.strides
-        if every_byte:
-            shape, strides = (*shape, t.itemsize), (*strides, 1)
-        return np.ndarray(shape, np.uint8, buffer=shadow, offset=t.byte_offset, strides=strides)
+        return _per_byte(self._shadow(t.storage), t, every_byte)
+
+    def _origin_view(self, t: Tensor, every_byte: bool) -> np.ndarray:
+        """The origin numbers of a static view's bytes (see ``_origin_maps``)."""
+        origins = self._origin_maps.get(t.storage.uid)
+        if origins is None or origins.shape != t.storage.bytes.shape:
+            origins = self._origin_maps[t.storage.uid] = np.zeros(t.storage.bytes.shape, dtype=np.int32)
+        return _per_byte(origins, t, every_byte)
+
+    def _taint(self, t: Tensor) -> np.ndarray | None:
+        """Per element of a static view: 0 written, -1 never written, k carried from origin k; None if all written."""
+        marks = self._view(t, every_byte=False)
+        if ((marks - 1) < 2).all():  # _WRITTEN or _TENSOR (uint8: _NEVER wraps to 255)
+            return None
+        taint = np.zeros(marks.shape, dtype=np.int32)
+        carried = marks == _CARRIED
+        if carried.any():
+            taint[carried] = self._origin_view(t, every_byte=False)[carried]
+        taint[marks == _NEVER] = -1
+        return taint
 
     def before(
         self,
@@ -152,7 +179,8 @@ class Checker:
         """The checks of one instruction before it runs: its reads, its operands, its loops."""
         opcode = f"nisa.{spec.name}"
         accumulates = spec.accumulates is not None and spec.accumulates(ops) is not False
-        self._uninitialised(opcode, loc, reads, ops)
+        self._carrying, self._carried_values = None, 0
+        self._uninitialised(opcode, loc, reads, ops, spec.name)
         if engine is not Engine.dma:
             for name, t in (*reads, *writes):
                 if _tracked(t) and not t.is_dynamic:
@@ -169,7 +197,7 @@ class Checker:
 
         PSUM bytes a Tensor Engine instruction wrote are marked 2, others 1 (see :meth:`_accumulate_rule`).
         """
-        mark = 2 if engine is Engine.tensor else 1
+        mark = _TENSOR if engine is Engine.tensor else _WRITTEN
         for _, t in writes:
             if not _tracked(t):
                 continue
@@ -178,34 +206,67 @@ class Checker:
                 self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = mark
             else:
                 self._view(t, every_byte=True)[...] = mark
+        if self._carrying is not None:
+            dst, taint = self._carrying
+            self._carrying = None
+            carried = taint > 0
+            self._view(dst, every_byte=True)[carried] = _CARRIED
+            self._origin_view(dst, every_byte=True)[carried] = taint[carried][:, None]
 
     def _loop_finding(self, loc: SourceLoc, opcode: str) -> Callable[[str, str, str], None]:
         return lambda severity, check, rule: self.report(severity, check, loc, opcode, rule)
 
-    def _uninitialised(self, opcode: str, loc: SourceLoc, reads: list[tuple[str, Tensor]], ops: Operands) -> None:
-        """Report the first read of never-written on-chip memory by this instruction's input operands.
+    def _uninitialised(
+        self, opcode: str, loc: SourceLoc, reads: list[tuple[str, Tensor]], ops: Operands, name: str
+    ) -> None:
+        """Report the reads of never-written on-chip memory by this instruction's input operands.
 
         Operands that are both read and written (``InOut``) are left out: whether the old
-        value is read depends on the instruction's arguments.
+        value is read depends on the instruction's arguments. A carrier (nkisim.sim.carried)
+        moves never-written elements to its dst instead; they are reported, at the line
+        that first read them, when an instruction uses them.
         """
-        inputs = {name for name, access in ops.tensor_fields if access is Access.read}
-        for name, t in reads:
-            if name not in inputs or not _tracked(t) or t.is_dynamic or t.size == 0:
+        inputs = {field for field, access in ops.tensor_fields if access is Access.read}
+        moves = carrier(name, ops, self.hw)
+        carried: dict[str, np.ndarray] = {}
+        for operand, t in reads:
+            if operand not in inputs or not _tracked(t) or t.is_dynamic or t.size == 0:
                 continue
-            written = self._view(t, every_byte=False)
-            if written.all():
+            taint = self._taint(t)
+            if taint is None:
                 continue
-            missing = np.argwhere(written == 0)
-            first = tuple(int(i) for i in missing[0])
-            self.report(
-                "error",
-                "uninitialized-read",
-                loc,
-                opcode,
-                f"{name} reads {len(missing)} of the {t.size} elements of {t.buffer.value.upper()} tile "
-                f"{t.name!r} {dtype_name(t.dtype)}{list(t.shape)} that were never written, the first at "
-                f"index {list(first)}; write them first (nl.zeros, nisa.memset, a load)",
-            )
+            if moves is None or operand not in moves.srcs:
+                self._used(opcode, loc, operand, t, taint)
+                continue
+            never = taint == -1
+            if never.any():
+                self._origins.append((loc, opcode, _never_written(operand, t, never)))
+                taint[never] = len(self._origins)
+            carried[operand] = taint
+        if not carried or moves is None:
+            return
+        for operand, t in reads:
+            if operand in moves.srcs and operand not in carried:
+                carried[operand] = np.zeros(t.shape, dtype=np.int32)
+        if (
+            "dst" in moves.srcs and _tracked(ops.dst) and not ops.dst.is_dynamic
+        ):  # the part the instruction leaves unchanged
+            before = self._taint(ops.dst)
+            carried["dst"] = np.zeros(ops.dst.shape, np.int32) if before is None else np.maximum(before, 0)
+        dst = moves.taint(carried, ops)
+        if dst is not None and _tracked(ops.dst) and not ops.dst.is_dynamic:
+            self._carrying = (ops.dst, dst)
+            self._carried_values = int(np.count_nonzero(dst))
+
+    def _used(self, opcode: str, loc: SourceLoc, operand: str, t: Tensor, taint: np.ndarray) -> None:
+        """An instruction uses never-written elements: report them here, or where a carrier first read them."""
+        never = taint == -1
+        if never.any():
+            self.report("error", "uninitialized-read", loc, opcode, _never_written(operand, t, never) + _FIX)
+            return
+        origin_loc, origin_opcode, what = self._origins[int(taint[taint > 0].flat[0]) - 1]
+        used = f", and {opcode} at {loc} uses them ({operand})"
+        self.report("error", "uninitialized-read", origin_loc, origin_opcode, what + used + _FIX)
 
     def _operand_rules(self, opcode: str, loc: SourceLoc, name: str, t: Tensor) -> None:
         """The partition-start rule and the access-pattern field limits of an engine's on-chip operand."""
@@ -248,7 +309,7 @@ class Checker:
             if t.buffer is not Buffer.psum or t.is_dynamic or t.size == 0:
                 continue
             marks = self._view(t, every_byte=False)
-            unwritten = int(np.count_nonzero(marks == 0))
+            unwritten = int(np.count_nonzero((marks == _NEVER) | (marks == _CARRIED)))
             if unwritten:
                 self.report(
                     "error",
@@ -258,7 +319,7 @@ class Checker:
                     f"{name} accumulates onto {unwritten} of the {t.size} elements of PSUM tile {t.name!r} that "
                     "were never written; start the accumulation with accumulate=False (or leave it to NKI's default)",
                 )
-            if not onto_any and np.any(marks == 1):
+            if not onto_any and np.any(marks == _WRITTEN):
                 self.report(
                     "warning",
                     "psum-accumulate",
@@ -292,6 +353,11 @@ class Checker:
     def converted(self, opcode: str, loc: SourceLoc) -> None:
         """Report float-to-integer writes that saturated or met NaN, and function inputs outside their valid range."""
         log = self.conversions
+        # values computed from never-written elements are reported where they are used, not here
+        excused = min(log.nan, self._carried_values)
+        log.nan -= excused
+        log.saturated -= min(log.saturated, self._carried_values - excused)
+        self._carried_values = 0
         if not (log.saturated or log.nan or log.outside):
             return
         info = np.iinfo(log.dtype) if log.dtype is not None else None
@@ -317,6 +383,26 @@ class Checker:
                 f"{count} inputs of {function} lie outside its valid range {valid}, where the hardware's "
                 "approximation is undefined",
             )
+
+
+_FIX = "; write them first (nl.zeros, nisa.memset, a load)"
+
+
+def _never_written(operand: str, t: Tensor, never: np.ndarray) -> str:
+    first = [int(i) for i in np.argwhere(never)[0]]
+    return (
+        f"{operand} reads {int(np.count_nonzero(never))} of the {t.size} elements of {t.buffer.value.upper()} "
+        f"tile {t.name!r} {dtype_name(t.dtype)}{list(t.shape)} that were never written, the first at index {first}"
+    )
+
+
+def _per_byte(shadow: np.ndarray, t: Tensor, every_byte: bool) -> np.ndarray:
+    """A per-byte map of ``t``'s storage seen through ``t``: every byte of each element, or the first byte."""
+    array, scale = t.array, shadow.itemsize
+    shape, strides = array.shape, tuple(s * scale for s in array.strides)
+    if every_byte:
+        shape, strides = (*shape, t.itemsize), (*strides, scale)
+    return np.ndarray(shape, shadow.dtype, buffer=shadow, offset=t.byte_offset * scale, strides=strides)
 
 
 def _tracked(t: Tensor) -> bool:
