@@ -94,7 +94,7 @@ class TpcContext:
         self._size = size.astype(np.int32)
         self._tensor_ok = frozenset(range(tensor_count))
         self._tensor_code = {i: trace.tensors[i].vtype.code for i in range(tensor_count)}
-        self._coords_ok: Any = None  # the last int5 seen to be a numpy int32[5]
+        self._coords_ok: list[Any] = [None, None]  # the last int5 seen to be a numpy int32[5], its bytes view
         self._stored: set[int] = set()  # tensors stored since the last aso()
         self._warned: set[tuple[str, int]] = set()
         self._vlm: dict[int, tuple[Vec, int]] = {}
@@ -102,6 +102,7 @@ class TpcContext:
         self.slm_bytes = 0
         self.vlm_allocs: list[tuple[int, SourceLoc]] = []
         self.lookup_at: tuple[str, SourceLoc] | None = None
+        trace.forget_stores()
 
     # -- the index space --------------------------------------------------------------------
 
@@ -215,6 +216,7 @@ class TpcContext:
         """``aso()``: commit older stores, so later loads of the same addresses see them."""
         self._t.entry(_ASO, ())
         self._stored.clear()
+        self._t.forget_stores()
 
     def _before_reload(self, tensor: int) -> None:
         """A load from a tensor with stores pending: evaluate them first; warn if this member stored it without aso."""

@@ -1,9 +1,10 @@
 """The intrinsics' methods, made from their specs by signature family, and how a call is recorded.
 
 A call appends one entry to the run's tape (:mod:`nkisim.tpc.tape`): an opcode and its operands.
-The common calls (tensor loads and stores, and unpredicated binary operations on vectors or a
-vector and a Python scalar) append precomputed opcodes directly; every other call goes through
-:func:`emit`, which builds the opcode from the call's operand pattern and interns it.
+The common calls (tensor loads and stores, unpredicated binary operations on vectors or a vector
+and a Python scalar, macros) run in per-context closures (:mod:`nkisim.tpc.fast`) that append
+precomputed opcodes and operands to flat columns; every other call goes through :func:`emit`,
+which builds the opcode from the call's operand pattern and interns it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from nkisim.tpc.fast import PerContext, binary_maker, coords_view, load_maker, store_maker, unary_maker
 from nkisim.tpc.intrinsics import INTRINSICS, SPECIAL_MACS, IntrinsicSpec
 from nkisim.tpc.semantics import SEM, SW_RHNE
-from nkisim.tpc.tape import PREV, Op, opcode
+from nkisim.tpc.tape import L_V, L_VS, L_VV, PREV, Op, opcode
 from nkisim.tpc.trace import (
     C_FMA,
     C_LD,
@@ -25,25 +27,25 @@ from nkisim.tpc.trace import (
     C_NONE,
     C_SHUF,
     C_VPU,
-    COORDS,
     K_ACC,
     K_PRED,
     K_SRC,
     K_STV,
     LOAD,
-    M_GLD,
     M_GST,
     M_LLD,
     M_LOOKUP,
     SCALAR,
     STORE,
     VPU,
+    tensor_opcode,
 )
 from nkisim.tpc.types import Pair, Vec, VType, code_of, node_of, predicate_type
 
 _new = int.__new__
 _getframe = sys._getframe
-_I32 = np.dtype(np.int32)
+#: Files whose frames are not the caller of an intrinsic.
+_OWN_FILES = frozenset({__file__, sys.modules["nkisim.tpc.fast"].__file__})
 
 
 def _type_error(ctx: Any, spec: IntrinsicSpec, operand: str, got: object, want: str) -> Exception:
@@ -121,47 +123,28 @@ def emit(
     return Vec(ctx._t.entry(opcode(Op(key, (uop,))), args), out)
 
 
-def _binary(spec: IntrinsicSpec) -> Callable[..., Vec]:
+def _binary(spec: IntrinsicSpec) -> PerContext:
     vt, out, sem = spec.vtype, spec.out, spec.sem
     assert out is not None
-    uop = ((VPU, spec.cls, 0, -1, (0, 1), (K_SRC, K_SRC)),)
-    op_vv = opcode(Op((sem, (vt.code, vt.code), (0,), out.code, vt.code, None), uop))
-    uop = ((VPU, spec.cls, 0, -1, (0,), (K_SRC,)),)
-    op_vs = opcode(Op((sem, (vt.code, SCALAR - vt.code), (0,), out.code, vt.code, None), uop))
-    vcode, ocode = vt.code, out.code
-    fast_ok = not spec.vector_predicate
 
     def method(
         self: Any, a: Any, b: Any, switches: int = 0, income: Any = None, predicate: Any = True, polarity: Any = False
     ) -> Vec:
-        if (
-            fast_ok
-            and predicate is True
-            and polarity is False
-            and switches == 0
-            and type(a) is Vec
-            and code_of(a, 15) == vcode
-        ):
-            # the common case: a precomputed opcode and the operands, nothing else
-            t = self._t
-            seq = t.seq
-            n = len(seq)
-            tb = type(b)
-            if tb is Vec and code_of(b, 15) == vcode:
-                seq.append(op_vv)
-                t.rows[op_vv].append((n, a, b))
-                return _new(Vec, n << 4 | ocode)
-            if tb is float or tb is int:
-                seq.append(op_vs)
-                t.rows[op_vs].append((n, a, b))
-                return _new(Vec, n << 4 | ocode)
         if type(a) is not Vec or a.vtype is not vt:
             _operand(self, spec, "a", a, vt)
         if type(b) is not Vec or b.vtype is not vt:
             _operand(self, spec, "b", b, vt)
         return emit(self, spec, (a, b), (K_SRC, K_SRC), (switches,), predicate, polarity, income)
 
-    return method
+    if spec.vector_predicate:
+        return method
+    uop = ((VPU, spec.cls, 0, -1, (0, 1), (K_SRC, K_SRC)),)
+    op_vv = opcode(Op((sem, (vt.code, vt.code), (0,), out.code, vt.code, None), uop, layout=L_VV))
+    op_vs = None
+    if vt.is_float:  # a Python int or float scalar converts to the vector type through float64
+        uop = ((VPU, spec.cls, 0, -1, (0,), (K_SRC,)),)
+        op_vs = opcode(Op((sem, (vt.code, SCALAR - vt.code), (0,), out.code, vt.code, None), uop, layout=L_VS))
+    return PerContext(method, binary_maker(vt.code, out.code, op_vv, op_vs))
 
 
 def _unary(spec: IntrinsicSpec) -> Callable[..., Vec]:
@@ -280,7 +263,7 @@ def _chain(steps: list[tuple[int, int, int]], op_cls: int) -> tuple[tuple[Any, .
     return tuple(uops)
 
 
-def _macro(spec: IntrinsicSpec, uops: tuple[tuple[Any, ...], ...]) -> Callable[..., Vec]:
+def _macro(spec: IntrinsicSpec, uops: tuple[tuple[Any, ...], ...]) -> PerContext:
     vt = spec.vtype
     op = opcode(Op((spec.sem, (vt.code,), (), vt.code, vt.code, None), uops))
 
@@ -289,10 +272,11 @@ def _macro(spec: IntrinsicSpec, uops: tuple[tuple[Any, ...], ...]) -> Callable[.
         self._uses_lookup(spec.name)
         return Vec(self._t.entry(op, (x,)), vt)
 
-    return method
+    fast = opcode(Op((spec.sem, (vt.code,), (), vt.code, vt.code, None), uops, layout=L_V))
+    return PerContext(method, unary_maker(vt.code, fast))
 
 
-def _reduce(spec: IntrinsicSpec) -> Callable[..., Vec]:
+def _reduce(spec: IntrinsicSpec) -> PerContext:
     steps: list[tuple[int, int, int]] = [(LOAD, C_LOOKUP, M_LOOKUP)]  # the shuffle maps come from a LOOKUP
     movers = [C_MDG, C_MDG, C_SHUF] + [C_SHUF] * 5  # MOV_DUAL_GROUP, MOV_DUAL_GROUP, MOV_GROUP, then SHUFFLE
     for i in range(int(np.log2(spec.vtype.lanes))):
@@ -300,7 +284,7 @@ def _reduce(spec: IntrinsicSpec) -> Callable[..., Vec]:
     return _macro(spec, _chain(steps, C_VPU))
 
 
-def _special(spec: IntrinsicSpec) -> Callable[..., Vec]:
+def _special(spec: IntrinsicSpec) -> PerContext:
     macs = SPECIAL_MACS[spec.name.split("_")[1]]
     # GET_LUT_ENTRY_AND_INTERVAL_START, LOOKUP of the coefficients, the polynomial, CALC_FP_SPECIAL
     steps = [(VPU, C_VPU, 0), (LOAD, C_LOOKUP, M_LOOKUP)] + [(VPU, C_FMA, 0)] * macs + [(VPU, C_VPU, 0)]
@@ -334,30 +318,26 @@ def _coords(coords: Any) -> bytes:
     return np.clip(np.array(c, dtype=np.int64), -(2**31), 2**31 - 1).astype(np.int32).tobytes()
 
 
-def _tensor_ops(spec: IntrinsicSpec, store: bool) -> Callable[[int], int]:
-    """The opcode of this load (or store) for each tensor."""
-    vt = spec.vtype
-    found: dict[int, int] = {}
-
-    def op_of(tensor: int) -> int:
-        op = found.get(tensor)
-        if op is None:
-            if store:
-                uop = (STORE, C_NONE, M_GST, tensor, (0,), (K_STV,))
-                op = opcode(Op(None, (uop,), access=(tensor, vt.lanes, True)))
-            else:
-                key = (-1, (COORDS,), (tensor, vt.lanes), vt.code, vt.code, None)
-                op = opcode(Op(key, ((LOAD, C_LD, M_GLD, tensor, (), ()),), access=(tensor, vt.lanes, False)))
-            found[tensor] = op
-        return op
-
-    return op_of
+def _record_access(ctx: Any, op: int, coords: Any, value: Any) -> int:
+    """Record a tensor load (``value`` None) or store in full: its entry, coordinates and call site."""
+    t = ctx._t
+    view = coords_view(ctx, coords)
+    t.cb.extend(_coords(coords) if view is None else view)
+    n = len(t.seq)
+    t.seq.append(op)
+    if value is not None:
+        t.xs.append(value)
+    f = _getframe(2)
+    while f.f_code.co_filename in _OWN_FILES and f.f_back is not None:
+        f = f.f_back
+    t.codes.append(f.f_code)
+    t.lastis.append(f.f_lasti)
+    return n
 
 
-def _ld_tnsr(spec: IntrinsicSpec) -> Callable[..., Vec]:
+def _ld_tnsr(spec: IntrinsicSpec) -> PerContext:
     vt = spec.vtype
     vcode = vt.code
-    op_of = _tensor_ops(spec, False)
 
     def method(
         self: Any,
@@ -377,28 +357,15 @@ def _ld_tnsr(spec: IntrinsicSpec) -> Callable[..., Vec]:
             # predicated off: the income, no memory access
             mov = INTRINSICS[f"v_{vt.prefix}_mov_b"]
             return emit(self, mov, (0 if income is None else income,), (K_SRC,), (), True, False, None, None, C_LD)
-        if coords is not self._coords_ok:
-            if type(coords) is np.ndarray and coords.dtype is _I32 and coords.shape == (5,):
-                self._coords_ok = coords
-                cb = coords.tobytes()
-            else:
-                cb = _coords(coords)
-        else:
-            cb = coords.tobytes()
-        seq = t.seq
-        n = len(seq)
-        seq.append(op_of(tensor))
-        f = _getframe(1)
-        t.acc.append((n, cb, f.f_code, f.f_lasti, 0))
+        n = _record_access(self, tensor_opcode(vt, tensor, False), coords, None)
         return _new(Vec, n << 4 | vcode)
 
-    return method
+    return PerContext(method, load_maker(vcode))
 
 
-def _st_tnsr(spec: IntrinsicSpec) -> Callable[..., None]:
+def _st_tnsr(spec: IntrinsicSpec) -> PerContext:
     vt = spec.vtype
     vcode = vt.code
-    op_of = _tensor_ops(spec, True)
     off: dict[int, int] = {}
 
     def method(
@@ -415,23 +382,11 @@ def _st_tnsr(spec: IntrinsicSpec) -> Callable[..., None]:
                 op = off[tensor] = opcode(Op(None, ((STORE, C_NONE, M_GST, tensor, (0,), (K_STV,)),)))
             t.entry(op, (node_of(value, 4),))
             return
-        if coords is not self._coords_ok:
-            if type(coords) is np.ndarray and coords.dtype is _I32 and coords.shape == (5,):
-                self._coords_ok = coords
-                cb = coords.tobytes()
-            else:
-                cb = _coords(coords)
-        else:
-            cb = coords.tobytes()
-        seq = t.seq
-        n = len(seq)
-        seq.append(op_of(tensor))
-        f = _getframe(1)
-        t.acc.append((n, cb, f.f_code, f.f_lasti, value))
-        t.dirty.add(tensor)
+        _record_access(self, tensor_opcode(vt, tensor, True), coords, value)
         self._stored.add(tensor)
+        t.mark_stored(tensor)
 
-    return method
+    return PerContext(method, store_maker(vcode))
 
 
 def _ld_l_v(spec: IntrinsicSpec) -> Callable[..., Vec]:
@@ -455,7 +410,7 @@ def _st_l_v(spec: IntrinsicSpec) -> Callable[..., None]:
 
 
 #: The method maker of each signature family.
-FAMILIES: dict[str, Callable[[IntrinsicSpec], Callable[..., Any]]] = {
+FAMILIES: dict[str, Callable[[IntrinsicSpec], Any]] = {
     "binary": _binary,
     "unary": _unary,
     "mac": _mac,
@@ -475,9 +430,12 @@ FAMILIES: dict[str, Callable[[IntrinsicSpec], Callable[..., Any]]] = {
 }
 
 
-def method(spec: IntrinsicSpec) -> Callable[..., Any]:
-    """The context method of ``spec``, named and documented after it."""
-    fn = FAMILIES[spec.family](spec)
+def method(spec: IntrinsicSpec) -> Any:
+    """The context method of ``spec`` (or its :class:`PerContext` descriptor), named and documented after it."""
+    made = FAMILIES[spec.family](spec)
+    fn = made.plain if isinstance(made, PerContext) else made
     fn.__name__ = fn.__qualname__ = spec.name
     fn.__doc__ = f"TPC-C ``{spec.name}`` ({spec.family}; {['load', 'spu', 'vpu', 'store'][spec.slot]} slot)."
-    return fn
+    if isinstance(made, PerContext):
+        made.__name__, made.__doc__ = fn.__name__, fn.__doc__
+    return made

@@ -6,6 +6,10 @@ its value semantics (the grouping key of :mod:`nkisim.tpc.trace`), the micro-ops
 latency class, memory kind, which operands they read and how), and, for tensor loads and stores,
 the tensor. Opcodes are interned once per distinct :class:`Op`, so the recording fast paths compute
 theirs ahead of the call and append plain ints.
+
+The common calls are recorded in flat columns instead of per-entry tuples: their opcode's *layout*
+says which columns hold their operands (:data:`L_VV` ... :data:`L_ST`), and :func:`decode` turns the
+columns into the operand table in one compiled pass.
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ MAX_OPERANDS = 8
 #: A micro-op source that is the micro-op before it in the same entry (a macro's chain).
 PREV = -2
 
+#: Operand layouts. ``L_ROWS``: operands in a per-opcode row tuple (:meth:`Trace.entry`). The others
+#: are column layouts: two vector handles (``L_VV``), a vector handle and a float scalar (``L_VS``),
+#: one vector handle (``L_V``), a tensor load (``L_LD``: coordinates and call site) and a tensor
+#: store (``L_ST``: its value's handle, coordinates and call site).
+L_ROWS, L_VV, L_VS, L_V, L_LD, L_ST = range(6)
+
 
 @dataclass(frozen=True)
 class Op:
@@ -31,12 +41,14 @@ class Op:
         uops: the micro-ops, each ``(slot, class, memory, tensor, (operand or PREV, ...), (kind, ...))``.
         alias: the value is operand 0's bits and its micro-op is operand 0's (a cast, no instruction).
         access: ``(tensor, lanes, is_store)`` for a tensor load or store.
+        layout: where the entries' operands are recorded (``L_ROWS``, ``L_VV``, ...).
     """
 
     key: tuple[Any, ...] | None
     uops: tuple[tuple[Any, ...], ...]
     alias: bool = False
     access: tuple[int, int, bool] | None = None
+    layout: int = L_ROWS
 
 
 #: Every opcode's meaning, by opcode.
@@ -68,6 +80,7 @@ class Tables:
         valmask: ``[opcode, position]``: the operand is a vector value (its depth counts).
         has_value: the opcode makes a value.
         access: ``[opcode] -> (tensor, lanes, is_store)`` or ``(-1, 0, 0)``.
+        layout: each opcode's operand layout.
     """
 
     def __init__(self) -> None:
@@ -80,6 +93,7 @@ class Tables:
         self.valmask = np.zeros((n, MAX_OPERANDS), dtype=np.bool_)
         self.has_value = np.zeros(n, dtype=np.bool_)
         self.access = np.full((n, 3), -1, dtype=np.int64)
+        self.layout = np.array([op.layout for op in OPS], dtype=np.int64)
         for i, op in enumerate(OPS):
             self.start[i] = len(rows)
             self.count[i] = len(op.uops)
@@ -107,16 +121,145 @@ def tables() -> Tables:
 
 
 @numba.njit(cache=True)
-def depths(ops: np.ndarray, src: np.ndarray, valmask: np.ndarray, level: np.ndarray, start: int, base: int) -> None:
-    """Dataflow depth of entries ``start..``: 1 + the deepest vector operand not evaluated yet (>= ``base``)."""
+def decode(
+    ops: np.ndarray,
+    src: np.ndarray,
+    fidx: np.ndarray,
+    crow: np.ndarray,
+    level: np.ndarray,
+    layout: np.ndarray,
+    valmask: np.ndarray,
+    xs: np.ndarray,
+    start: int,
+    fbase: int,
+    cbase: int,
+) -> int:  # pragma: no cover
+    """Operands of the column-recorded entries ``start..``, and every new entry's dataflow depth.
+
+    ``xs`` is the vector-handle column recorded since ``start`` (``node << 4 | type code``); the
+    float scalars and the coordinates of the new entries are numbered from ``fbase`` and ``cbase``.
+    Fills ``src`` (operand entries), ``fidx`` (float scalar index), ``crow`` (coordinate row) and
+    ``level``: 1 + the deepest vector operand not evaluated yet (>= ``start``). Returns the number
+    of accesses decoded.
+    """
+    xi = 0
+    fi = fbase
+    ci = cbase
     for n in range(start, ops.shape[0]):
         op = ops[n]
+        lay = layout[op]
+        if lay == 1 or lay == 2 or lay == 3 or lay == 5:
+            src[n, 0] = xs[xi] >> 4
+            xi += 1
+            if lay == 1:
+                src[n, 1] = xs[xi] >> 4
+                xi += 1
+            elif lay == 2:
+                fidx[n] = fi
+                fi += 1
+        if lay == 4 or lay == 5:
+            crow[n] = ci
+            ci += 1
         lv = 0
         for p in range(src.shape[1]):
             s = src[n, p]
-            if s >= base and valmask[op, p] and level[s] + 1 > lv:
+            if s >= start and valmask[op, p] and level[s] + 1 > lv:
                 lv = level[s] + 1
         level[n] = lv
+    return ci - cbase
+
+
+@numba.njit(cache=True)
+def bucket(keys: np.ndarray, width: int) -> np.ndarray:  # pragma: no cover
+    """A stable counting sort of ``keys`` (each ``level * width + opcode``): the order of the rows."""
+    n = keys.shape[0]
+    order = np.empty(n, dtype=np.int64)
+    tmp = np.empty(n, dtype=np.int64)
+    counts = np.zeros(width + 1, dtype=np.int64)
+    for i in range(n):
+        counts[keys[i] % width + 1] += 1
+    for k in range(width):
+        counts[k + 1] += counts[k]
+    for i in range(n):
+        k = keys[i] % width
+        tmp[counts[k]] = i
+        counts[k] += 1
+    top = 0
+    for i in range(n):
+        lv = keys[i] // width
+        if lv > top:
+            top = lv
+    counts = np.zeros(top + 2, dtype=np.int64)
+    for i in range(n):
+        counts[keys[i] // width + 1] += 1
+    for k in range(top + 1):
+        counts[k + 1] += counts[k]
+    for j in range(n):
+        i = tmp[j]
+        k = keys[i] // width
+        order[counts[k]] = i
+        counts[k] += 1
+    return order
+
+
+@numba.njit(cache=True)
+def gather(
+    values: np.ndarray,
+    ids: np.ndarray,
+    coords: np.ndarray,
+    flat: np.ndarray,
+    sizes: np.ndarray,
+    strides: np.ndarray,
+    lanes: int,
+    pad: np.ndarray,
+) -> None:  # pragma: no cover
+    """Vector loads: ``values[ids[i], :lanes]`` from ``flat`` at ``coords[i]``; out-of-bounds lanes get ``pad[0]``."""
+    for i in range(ids.shape[0]):
+        row = ids[i]
+        inside = True
+        base = 0
+        for d in range(1, 5):
+            c = coords[i, d]
+            if c < 0 or c >= sizes[d]:
+                inside = False
+            base += c * strides[d]
+        d0 = coords[i, 0]
+        if inside and d0 >= 0 and d0 + lanes <= sizes[0]:
+            for j in range(lanes):
+                values[row, j] = flat[base + d0 + j]
+        else:
+            for j in range(lanes):
+                e = d0 + j
+                values[row, j] = flat[base + e] if inside and e >= 0 and e < sizes[0] else pad[0]
+
+
+@numba.njit(cache=True)
+def scatter(
+    values: np.ndarray,
+    ids: np.ndarray,
+    coords: np.ndarray,
+    flat: np.ndarray,
+    sizes: np.ndarray,
+    strides: np.ndarray,
+    lanes: int,
+) -> None:  # pragma: no cover
+    """Vector stores in order: ``values[ids[i], :lanes]`` to ``flat`` at ``coords[i]``, out-of-bounds lanes culled."""
+    for i in range(ids.shape[0]):
+        row = ids[i]
+        inside = True
+        base = 0
+        for d in range(1, 5):
+            c = coords[i, d]
+            if c < 0 or c >= sizes[d]:
+                inside = False
+            base += c * strides[d]
+        if not inside:
+            continue
+        d0 = coords[i, 0]
+        for j in range(lanes):
+            e = d0 + j
+            if e >= 0 and e < sizes[0]:
+                flat[base + e] = values[row, j]
 
 
 @numba.njit(cache=True)

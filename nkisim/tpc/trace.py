@@ -13,17 +13,33 @@ per vector to one per group). After the run the tape is expanded into the micro-
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
 from nkisim.errors import SourceLoc
-from nkisim.tpc.tape import MAX_OPERANDS, OPS, depths, expand, tables
+from nkisim.tpc.tape import (
+    L_LD,
+    L_ST,
+    L_V,
+    L_VS,
+    L_VV,
+    MAX_OPERANDS,
+    OPS,
+    Op,
+    bucket,
+    decode,
+    expand,
+    gather,
+    opcode,
+    scatter,
+    tables,
+)
 from nkisim.tpc.types import BY_CODE, VECTOR_BYTES, Vec, VType
 
 #: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
@@ -92,13 +108,6 @@ class TensorState:
         return index, (dim0 >= 0) & (dim0 < sizes[0]) & inside[:, None]
 
 
-@numba.njit(cache=True)
-def _scatter_in_order(flat: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:  # pragma: no cover
-    """``flat[index[i]] = values[i]`` for each i in order: the last store to an element wins."""
-    for i in range(index.shape[0]):
-        flat[index[i]] = values[i]
-
-
 def _ints(column: Any) -> np.ndarray:
     """A column of ints (or Vec handles, read as their raw int) as int64."""
     return np.frombuffer(array("q", column), dtype=np.int64)
@@ -112,14 +121,30 @@ def code_line(code: Any, lasti: int) -> int:
     return code.co_firstlineno
 
 
+def tensor_opcode(vt: VType, tensor: int, store: bool) -> int:
+    """The opcode of a vector load (or store) of ``tensor`` with type ``vt`` (column layout)."""
+    if store:
+        uop = (STORE, C_NONE, M_GST, tensor, (0,), (K_STV,))
+        return opcode(Op(None, (uop,), access=(tensor, vt.lanes, True), layout=L_ST))
+    key = (-1, (COORDS,), (tensor, vt.lanes), vt.code, vt.code, None)
+    uop = (LOAD, C_LD, M_GLD, tensor, (), ())
+    return opcode(Op(key, (uop,), access=(tensor, vt.lanes, False), layout=L_LD))
+
+
 class Trace:
     """The tape of one run (all members): entries, their operands, values, and the tensor access log.
 
     Attributes:
         seq: every entry's opcode, in program order (an entry's number is its position).
-        rows: per opcode, the operands of its entries not evaluated yet: ``(entry, operand, ...)``.
-        acc: tensor loads and stores not evaluated yet: ``(entry, coords bytes, code, lasti, value)``.
+        rows: per ``L_ROWS`` opcode, the operands of its entries not evaluated yet: ``(entry, operand, ...)``.
+        xs: the vector handles of the column-recorded entries not evaluated yet, in entry order.
+        fs: their float scalars (``L_VS``).
+        cb: the int5 coordinates of the tensor accesses not evaluated yet (int32 bytes, 5 per access).
+        codes, lastis: the calling code object and byte offset of every tensor access of the run.
         dirty: tensors with stores not applied yet.
+        ld_fast: per vector type code, ``tensor -> load opcode`` of its tensors without pending stores.
+        st_fast: per vector type code, ``tensor -> store opcode`` of the tensors the running member
+            stored since its last ``aso()`` and the last evaluation (a store to them needs no bookkeeping).
     """
 
     def __init__(self, tensors: list[TensorState], semantics: list[Semantics]) -> None:
@@ -127,26 +152,48 @@ class Trace:
         self.semantics = semantics
         self.seq: list[int] = []
         self.rows: defaultdict[int, list[tuple[Any, ...]]] = defaultdict(list)
-        self.acc: list[tuple[Any, ...]] = []
+        self.xs: list[int] = []
+        self.fs: list[float] = []
+        self.cb = bytearray()
+        self.codes: list[Any] = []
+        self.lastis: list[int] = []
         self.dirty: set[int] = set()
+        self.ld_fast: dict[int, dict[int, int]] = {code: {} for code in BY_CODE}
+        self.st_fast: dict[int, dict[int, int]] = {code: {} for code in BY_CODE}
+        for t in tensors:
+            self.ld_fast[t.vtype.code][t.index] = tensor_opcode(t.vtype, t.index, False)
         self.base = 0
         cap = 1024
         self._ops = np.zeros(cap, dtype=np.int64)
         self._src = np.full((cap, MAX_OPERANDS), -1, dtype=np.int64)
         self._level = np.zeros(cap, dtype=np.int64)
+        self._fidx = np.zeros(cap, dtype=np.int64)
+        self._crow = np.zeros(cap, dtype=np.int64)
         self._values = np.zeros((cap, VECTOR_BYTES), dtype=np.uint8)
+        self._fvals = np.zeros(0, dtype=np.float64)
+        self._coords = np.zeros((0, 5), dtype=np.int64)
         self._acc_n: list[np.ndarray] = []
-        self._acc_coords: list[np.ndarray] = []
-        self._acc_where: list[tuple[Any, ...]] = []
 
-    # -- recording (the slow paths; the fast ones append to seq/rows/acc themselves) ---------
+    # -- recording (the slow paths; the fast ones append to the columns themselves) ---------
 
     def entry(self, op: int, operands: tuple[Any, ...]) -> int:
-        """Append an entry with opcode ``op`` and its operands; returns its number."""
+        """Append an ``L_ROWS`` entry with opcode ``op`` and its operands; returns its number."""
         n = len(self.seq)
         self.seq.append(op)
         self.rows[op].append((n, *operands))
         return n
+
+    def mark_stored(self, tensor: int) -> None:
+        """The running member stored to ``tensor``: loads of it evaluate first; its next stores are fast."""
+        t = self.tensors[tensor]
+        self.dirty.add(tensor)
+        self.ld_fast[t.vtype.code].pop(tensor, None)
+        self.st_fast[t.vtype.code][tensor] = tensor_opcode(t.vtype, tensor, True)
+
+    def forget_stores(self) -> None:
+        """A new member, or ``aso()``: no tensor counts as stored by the running member any more."""
+        for found in self.st_fast.values():
+            found.clear()
 
     # -- evaluation ---------------------------------------------------------------------
 
@@ -162,11 +209,25 @@ class Trace:
         if end <= cap:
             return
         new = max(end, 2 * cap)
-        for name in ("_ops", "_src", "_level", "_values"):
+        for name in ("_ops", "_src", "_level", "_fidx", "_crow", "_values"):
             old = getattr(self, name)
             grown = np.full((new, *old.shape[1:]), -1 if name == "_src" else 0, dtype=old.dtype)
             grown[:cap] = old
             setattr(self, name, grown)
+
+    def _columns(self) -> tuple[np.ndarray, int, int]:
+        """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base)."""
+        xs = _ints(self.xs)
+        self.xs.clear()
+        fbase, cbase = self._fvals.shape[0], self._coords.shape[0]
+        if self.fs:
+            self._fvals = np.concatenate((self._fvals, np.array(self.fs, dtype=np.float64)))
+            self.fs.clear()
+        if self.cb:
+            new = np.frombuffer(bytes(self.cb), dtype=np.int32).reshape(-1, 5).astype(np.int64)
+            self.cb.clear()
+            self._coords = np.concatenate((self._coords, new)) if cbase else new
+        return xs, fbase, cbase
 
     def flush(self) -> None:
         """Evaluate every entry not evaluated yet, then apply its stores in program order."""
@@ -177,7 +238,6 @@ class Trace:
         ops, src = self._ops, self._src
         ops[start:end] = _ints(self.seq[start:end])
         tab = tables()
-        groups: list[tuple[int, int, np.ndarray, list[Any]]] = []  # (level, opcode, entries, operand columns)
         columns: list[tuple[int, np.ndarray, list[Any]]] = []
         for op, rows in self.rows.items():
             cols = list(zip(*rows))
@@ -196,27 +256,10 @@ class Trace:
                 operands.append(entries)
             columns.append((op, ids, operands))
         self.rows = defaultdict(list)
-        loads: tuple[np.ndarray, np.ndarray] | None = None
-        stores: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        if self.acc:
-            n_col, coord_col, code_col, lasti_col, value_col = zip(*self.acc)
-            self.acc = []
-            acc_n = _ints(n_col)
-            coords = np.frombuffer(b"".join(coord_col), dtype=np.int32).reshape(-1, 5).astype(np.int64)
-            self._acc_n.append(acc_n)
-            self._acc_coords.append(coords)
-            self._acc_where.append((code_col, lasti_col))
-            is_store = tab.access[ops[acc_n], 2] == 1
-            st = np.flatnonzero(is_store)
-            if st.size:
-                values = _ints(value_col)[st] >> 4
-                src[acc_n[st], 0] = values
-                stores = (acc_n[st], coords[st], values)
-            ld = np.flatnonzero(~is_store)
-            if ld.size:
-                loads = (acc_n[ld], coords[ld])
+        xs, fbase, cbase = self._columns()
         level = self._level
-        depths(ops[:end], src[:end], tab.valmask, level, start, start)
+        decode(ops[:end], src, self._fidx, self._crow, level, tab.layout, tab.valmask, xs, start, fbase, cbase)
+        groups: list[tuple[int, int, np.ndarray, list[Any]]] = []  # (level, opcode, entries, operand columns)
         for op, ids, operands in columns:
             if OPS[op].key is None:
                 continue
@@ -229,25 +272,60 @@ class Trace:
                 sel = np.flatnonzero(lv == v)
                 subset = [c[sel] if type(c) is np.ndarray else [c[i] for i in sel] for c in operands]
                 groups.append((v, op, ids[sel], subset))
-        if loads is not None:
-            ids, coords = loads
-            lops = ops[ids]
-            for op in np.unique(lops).tolist():
-                sel = np.flatnonzero(lops == op)
-                groups.append((0, op, ids[sel], [coords[sel]]))
+        lay = tab.layout[ops[start:end]]
+        groups += self._column_groups(start + np.flatnonzero((lay >= L_VV) & (lay <= L_LD)), tab.size)
         groups.sort(key=lambda g: g[0])
         for _, op, ids, operands in groups:
-            self._run_group(ids, OPS[op].key, operands)
+            if OPS[op].layout == L_LD:
+                self._load(ids, OPS[op].key[2][0])
+            else:
+                self._run_group(ids, OPS[op].key, operands)
         self.base = end
-        if stores is not None:
-            self._apply_stores(*stores, ops)
+        access = start + np.flatnonzero(lay >= L_LD)
+        if access.size:
+            self._acc_n.append(access)
+            stores = start + np.flatnonzero(lay == L_ST)
+            if stores.size:
+                self._apply_stores(stores, ops)
+        self._clean()
+
+    def _column_groups(self, ids: np.ndarray, width: int) -> list[tuple[int, int, np.ndarray, list[Any]]]:
+        """The column-recorded entries ``ids`` with a value, grouped by dataflow depth and opcode."""
+        if not ids.size:
+            return []
+        ops, src = self._ops[ids], self._src
+        keys = self._level[ids] * width + ops
+        order = bucket(keys, width)
+        ids, keys = ids[order], keys[order]
+        bounds = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist(), ids.size]
+        groups = []
+        for a, b in itertools.pairwise(bounds):
+            sel = ids[a:b]
+            op = int(keys[a] % width)
+            lay = OPS[op].layout
+            if lay == L_VV:
+                operands = [src[sel, 0], src[sel, 1]]
+            elif lay == L_VS:
+                operands = [src[sel, 0], self._fvals[self._fidx[sel]]]
+            elif lay == L_V:
+                operands = [src[sel, 0]]
+            else:
+                operands = []
+            groups.append((int(keys[a] // width), op, sel, operands))
+        return groups
+
+    def _clean(self) -> None:
+        """Stores applied: every tensor loads fast again, and no store counts as pending."""
+        for tensor in self.dirty:
+            t = self.tensors[tensor]
+            self.ld_fast[t.vtype.code][tensor] = tensor_opcode(t.vtype, tensor, False)
+        self.dirty.clear()
+        self.forget_stores()
 
     def _operand(self, column: Any, kind: int) -> np.ndarray:
         if kind >= 0:
             vt = BY_CODE[kind]
             return self._values[column, : vt.lanes * vt.dtype.itemsize].view(vt.dtype)
-        if kind == COORDS:
-            return column
         dtype = BY_CODE[SCALAR - kind].dtype
         values = np.array(column, dtype=np.float64 if dtype.kind in "fV" else np.int64)
         if dtype.kind in "iu":
@@ -258,54 +336,49 @@ class Trace:
     def _run_group(self, ids: np.ndarray, key: tuple[Any, ...], operands: list[Any]) -> None:
         sem, pattern, statics, out_code, _, vb = key
         args = [self._operand(operands[p], kind) for p, kind in enumerate(pattern)]
-        if sem < 0:  # a tensor load
-            result = self._load(args[0], statics[0], statics[1])
-        else:
-            data = args[:-2] if vb is not None else args
-            result = self.semantics[sem](data, statics)
-            if vb is not None:
-                result = np.where(args[-2] != vb, result, args[-1])
+        data = args[:-2] if vb is not None else args
+        result = self.semantics[sem](data, statics)
+        if vb is not None:
+            result = np.where(args[-2] != vb, result, args[-1])
         out = BY_CODE[out_code]
+        nbytes = out.lanes * out.dtype.itemsize
+        if type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes):
+            self._values[ids, :nbytes] = np.ascontiguousarray(result).view(np.uint8)
+            return
         rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
         rows[...] = result
-        self._values[ids, : out.lanes * out.dtype.itemsize] = rows.view(np.uint8)
+        self._values[ids, :nbytes] = rows.view(np.uint8)
 
-    def _load(self, coords: np.ndarray, tensor: int, lanes: int) -> np.ndarray:
+    def _load(self, ids: np.ndarray, tensor: int) -> None:
+        """The vector loads ``ids`` of ``tensor`` (one compiled gather)."""
         t = self.tensors[tensor]
-        index, ok = t.elements(coords, lanes)
         flat = t.flat
-        if ok is None:
-            return flat[index]
-        values = flat[np.where(ok, index, 0)]
-        return np.where(ok, values, np.asarray(t.pad).astype(flat.dtype))
+        uint = _UINT[flat.itemsize]
+        pad = np.asarray(t.pad).astype(flat.dtype).reshape(1).view(uint)
+        values = self._values.view(uint)
+        gather(values, ids, self._coords[self._crow[ids]], flat.view(uint), t.sizes, t.strides, t.vtype.lanes, pad)
 
-    def _apply_stores(self, entries: np.ndarray, coords: np.ndarray, nodes: np.ndarray, ops: np.ndarray) -> None:
+    def _apply_stores(self, entries: np.ndarray, ops: np.ndarray) -> None:
         tensors = tables().access[ops[entries], 0]
         for tensor in dict.fromkeys(tensors.tolist()):
-            sel = np.flatnonzero(tensors == tensor)
+            sel = entries[tensors == tensor]
             t = self.tensors[tensor]
-            lanes = t.vtype.lanes
-            values = self._values[nodes[sel], : lanes * t.vtype.dtype.itemsize].view(t.data.dtype)
-            index, ok = t.elements(coords[sel], lanes)
-            if ok is not None:
-                index, values = index[ok], values[ok]
             flat = t.flat
-            _scatter_in_order(
-                flat.view(_UINT[flat.itemsize]), index.reshape(-1), values.reshape(-1).view(_UINT[flat.itemsize])
+            uint = _UINT[flat.itemsize]
+            coords = self._coords[self._crow[sel]]
+            scatter(
+                self._values.view(uint), self._src[sel, 0], coords, flat.view(uint), t.sizes, t.strides, t.vtype.lanes
             )
-        self.dirty.clear()
 
     # -- after the run ------------------------------------------------------------------
 
     def access_log(self, member_starts: list[int]) -> AccessLog:
         """Every tensor access of the run, as arrays (call after the last :meth:`flush`)."""
         n = np.concatenate(self._acc_n) if self._acc_n else np.zeros(0, dtype=np.int64)
-        coords = np.concatenate(self._acc_coords) if self._acc_coords else np.zeros((0, 5), dtype=np.int64)
+        coords = self._coords
         info = tables().access[self._ops[n]]
         member = np.searchsorted(np.asarray(member_starts, dtype=np.int64), n, side="right") - 1
-        codes = [c for chunk in self._acc_where for c in chunk[0]]
-        lastis = [i for chunk in self._acc_where for i in chunk[1]]
-        return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, codes, lastis)
+        return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, self.codes, self.lastis)
 
     def micro_ops(self) -> tuple[np.ndarray, np.ndarray]:
         """Every micro-op ``(n, 12)`` (see :func:`nkisim.tpc.tape.expand`) and each entry's first micro-op."""

@@ -1,0 +1,183 @@
+"""Per-context recording closures of the most frequent intrinsics (tensor loads and stores, binary ops, macros).
+
+``ctx.v_f32_ld_tnsr_b`` and the like are :class:`PerContext` descriptors: on a context, the first
+access builds a closure bound to that context's trace columns and caches it on the context, so a
+call is one Python frame that appends its opcode and operands to flat lists and returns the handle.
+A call the closure does not cover (predicated, a type error, a tensor with stores pending, other
+coordinates than a numpy int32[5]) goes to the class's method, which checks and records it in full.
+On the class, the attribute is that method.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from nkisim.tpc.types import Vec, code_of
+
+_new = int.__new__
+_getframe = sys._getframe
+_I32 = np.dtype(np.int32)
+
+#: ``maker(ctx, plain) -> closure``.
+Maker = Callable[[Any, Callable[..., Any]], Callable[..., Any]]
+
+
+class PerContext:
+    """A context method whose common calls run in a closure made for each context (a non-data descriptor)."""
+
+    def __init__(self, plain: Callable[..., Any], maker: Maker) -> None:
+        self.plain = plain
+        self.maker = maker
+        self.__name__ = plain.__name__
+        self.__doc__ = plain.__doc__
+
+    def __get__(self, obj: Any, cls: type | None = None) -> Any:
+        if obj is None:
+            return self.plain
+        fn = self.maker(obj, self.plain)
+        fn.__name__ = fn.__qualname__ = self.plain.__name__
+        fn.__doc__ = self.plain.__doc__
+        obj.__dict__[self.plain.__name__] = fn
+        return fn
+
+
+def coords_view(ctx: Any, coords: Any) -> memoryview | None:
+    """The bytes view of ``coords`` if it is a C-contiguous numpy int32[5] (cached on ``ctx``), else None."""
+    cache = ctx._coords_ok
+    if coords is cache[0]:
+        return cache[1]
+    if type(coords) is np.ndarray and coords.dtype is _I32 and coords.shape == (5,) and coords.flags.c_contiguous:
+        cache[1] = memoryview(coords).cast("B")
+        cache[0] = coords
+        return cache[1]
+    return None
+
+
+def load_maker(vcode: int) -> Maker:
+    """The closure maker of a vector load of type ``vcode``."""
+
+    def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
+        t = ctx._t
+        fast = t.ld_fast[vcode]
+        seq = t.seq
+        push, coords_push = seq.append, t.cb.extend
+        code_push, lasti_push = t.codes.append, t.lastis.append
+        cache = ctx._coords_ok
+
+        def load(
+            coords: Any,
+            tensor: int,
+            switches: int = 0,
+            income: Any = None,
+            predicate: Any = True,
+            polarity: Any = False,
+        ) -> Vec:
+            op = fast.get(tensor)
+            if op is None or coords is not cache[0] or predicate is not True or polarity is not False:
+                return plain(ctx, coords, tensor, switches, income, predicate, polarity)
+            n = len(seq)
+            push(op)
+            coords_push(cache[1])
+            f = _getframe(1)
+            code_push(f.f_code)
+            lasti_push(f.f_lasti)
+            return _new(Vec, n << 4 | vcode)
+
+        return load
+
+    return make
+
+
+def store_maker(vcode: int) -> Maker:
+    """The closure maker of a vector store of type ``vcode``."""
+
+    def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
+        t = ctx._t
+        fast = t.st_fast[vcode]
+        seq = t.seq
+        push, x_push, coords_push = seq.append, t.xs.append, t.cb.extend
+        code_push, lasti_push = t.codes.append, t.lastis.append
+        cache = ctx._coords_ok
+
+        def store(
+            coords: Any, tensor: int, value: Any, switches: int = 0, predicate: Any = True, polarity: Any = False
+        ) -> None:
+            op = fast.get(tensor)
+            if (
+                op is None
+                or coords is not cache[0]
+                or type(value) is not Vec
+                or code_of(value, 15) != vcode
+                or predicate is not True
+                or polarity is not False
+            ):
+                return plain(ctx, coords, tensor, value, switches, predicate, polarity)
+            push(op)
+            x_push(value)
+            coords_push(cache[1])
+            f = _getframe(1)
+            code_push(f.f_code)
+            lasti_push(f.f_lasti)
+            return None
+
+        return store
+
+    return make
+
+
+def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker:
+    """The closure maker of an unpredicated binary op on two vectors, or a vector and a Python float or int."""
+
+    def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
+        t = ctx._t
+        seq = t.seq
+        push, x_push, f_push = seq.append, t.xs.append, t.fs.append
+
+        def binary(
+            a: Any, b: Any, switches: int = 0, income: Any = None, predicate: Any = True, polarity: Any = False
+        ) -> Vec:
+            if type(a) is Vec and code_of(a, 15) == vcode and switches == 0 and predicate is True and polarity is False:
+                tb = type(b)
+                if tb is Vec:
+                    if code_of(b, 15) == vcode:
+                        n = len(seq)
+                        push(op_vv)
+                        x_push(a)
+                        x_push(b)
+                        return _new(Vec, n << 4 | ocode)
+                elif (tb is float or tb is int) and op_vs is not None:
+                    n = len(seq)
+                    push(op_vs)
+                    x_push(a)
+                    f_push(b)
+                    return _new(Vec, n << 4 | ocode)
+            return plain(ctx, a, b, switches, income, predicate, polarity)
+
+        return binary
+
+    return make
+
+
+def unary_maker(vcode: int, op: int) -> Maker:
+    """The closure maker of a macro on one vector (a reduction or special function) after its first call."""
+
+    def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
+        t = ctx._t
+        seq = t.seq
+        push, x_push = seq.append, t.xs.append
+
+        def macro(x: Any) -> Vec:
+            if type(x) is Vec and code_of(x, 15) == vcode and ctx.lookup_at is not None:
+                n = len(seq)
+                push(op)
+                x_push(x)
+                return _new(Vec, n << 4 | vcode)
+            return plain(ctx, x)
+
+        return macro
+
+    return make
