@@ -17,6 +17,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 
 from nkisim.errors import SourceLoc
@@ -69,6 +70,64 @@ def partition(geometry: list[int], tpcs: int, order: str, seed: int) -> list[tup
         boxes[k : k + 1] = [(off, s1), (o2, s2)]
     rng = np.random.default_rng(seed)
     return [boxes[i] for i in rng.permutation(len(boxes))]
+
+
+@numba.njit(cache=True)
+def _own(
+    owner: np.ndarray, coords: np.ndarray, member: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+) -> int:  # pragma: no cover
+    """Mark each element the stores write with its member (the last store wins), then find a write-write race.
+
+    Returns ``row * owner.size + element`` of the first store (in program order) whose element ends
+    up owned by another member, or -1.
+    """
+    for rep in range(2):
+        for i in range(coords.shape[0]):
+            inside = True
+            base = 0
+            for d in range(1, 5):
+                c = coords[i, d]
+                if c < 0 or c >= sizes[d]:
+                    inside = False
+                base += c * strides[d]
+            if not inside:
+                continue
+            m = member[i]
+            for j in range(lanes):
+                e = coords[i, 0] + j
+                if e < 0 or e >= sizes[0]:
+                    continue
+                if rep == 0:
+                    owner[base + e] = m
+                elif owner[base + e] != m:
+                    return i * owner.size + base + e
+    return -1
+
+
+@numba.njit(cache=True)
+def _foreign(
+    owner: np.ndarray, coords: np.ndarray, member: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+) -> int:  # pragma: no cover
+    """The first load (``row * owner.size + element``) of an element another member writes, or -1."""
+    for i in range(coords.shape[0]):
+        inside = True
+        base = 0
+        for d in range(1, 5):
+            c = coords[i, d]
+            if c < 0 or c >= sizes[d]:
+                inside = False
+            base += c * strides[d]
+        if not inside:
+            continue
+        m = member[i]
+        for j in range(lanes):
+            e = coords[i, 0] + j
+            if e < 0 or e >= sizes[0]:
+                continue
+            o = owner[base + e]
+            if o >= 0 and o != m:
+                return i * owner.size + base + e
+    return -1
 
 
 class Footprint:
@@ -159,63 +218,70 @@ class Footprint:
             return index.reshape(-1), member.reshape(-1), lambda k: int(sel[k // lanes])
         return index[ok], member[ok], lambda k: int(np.broadcast_to(sel[:, None], index.shape)[ok][k])
 
-    def check_races(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """No member touches what another writes; returns each written tensor's (elements, members)."""
-        written: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    def _rows(self, t: int, store: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Access rows of tensor ``t``'s loads (or stores): their numbers, coordinates, members, and the lanes."""
+        r = self.rows
+        assert r is not None
+        sel = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        lanes = int(r["lanes"][sel[0]]) if sel.size else 0
+        return sel, r["coords"][sel], r["member"][sel], lanes
+
+    def check_races(self) -> dict[int, np.ndarray]:
+        """No member touches what another writes; returns each written tensor's owner map (member per element, -1)."""
+        written: dict[int, np.ndarray] = {}
         if self.rows is None:
             return written
         r = self.rows
         for t in np.unique(r["tensor"][r["store"]]).tolist():
-            w_idx, w_mem, w_row = self._elements(t, True)
-            owner = np.full(self.tensors[t].data.size, -1, dtype=np.int64)
-            owner[w_idx] = w_mem
-            clash = np.flatnonzero(owner[w_idx] != w_mem)
-            if clash.size:
-                k = int(clash[0])
-                other = int(owner[w_idx[k]])
+            tensor = self.tensors[t]
+            rows, coords, member, lanes = self._rows(t, True)
+            owner = np.full(tensor.data.size, -1, dtype=np.int32)
+            bad = _own(owner, coords, member, tensor.sizes, tensor.strides, lanes)
+            if bad >= 0:
+                i, element = divmod(bad, tensor.data.size)
+                other = int(owner[element])
                 raise self._error(
                     TpcRaceError,
-                    f"writes tensor {t} element {self._coords(t, int(w_idx[k]))} that member {other} "
+                    f"writes tensor {t} element {self._coords(t, element)} that member {other} "
                     f"(TPC {self.where['tpc_of'][other]}) also writes: members run in any order, so the result "
                     "depends on the order",
-                    self.access.loc(w_row(k)),
-                    int(w_mem[k]),
+                    self.access.loc(int(rows[i])),
+                    int(member[i]),
                 )
-            r_idx, r_mem, r_row = self._elements(t, False)
-            if r_idx.size:
-                o = owner[r_idx]
-                bad = np.flatnonzero((o >= 0) & (o != r_mem))
-                if bad.size:
-                    k = int(bad[0])
-                    other = int(o[k])
-                    store_k = int(np.flatnonzero((w_idx == r_idx[k]) & (w_mem == other))[0])
-                    store_at = self.access.loc(w_row(store_k))
-                    raise self._error(
-                        TpcRaceError,
-                        f"store-then-load race: loads tensor {t} element {self._coords(t, int(r_idx[k]))} that member "
-                        f"{other} (TPC {self.where['tpc_of'][other]}) stores at {store_at}; members run in any order "
-                        "and concurrently, so a member must not read what another writes",
-                        self.access.loc(r_row(k)),
-                        int(r_mem[k]),
-                    )
-            written[t] = (w_idx, w_mem)
+            l_rows, l_coords, l_member, l_lanes = self._rows(t, False)
+            bad = _foreign(owner, l_coords, l_member, tensor.sizes, tensor.strides, l_lanes)
+            if bad >= 0:
+                i, element = divmod(bad, tensor.data.size)
+                other = int(owner[element])
+                w_idx, w_mem, w_row = self._elements(t, True)
+                store_k = int(np.flatnonzero((w_idx == element) & (w_mem == other))[0])
+                store_at = self.access.loc(w_row(store_k))
+                raise self._error(
+                    TpcRaceError,
+                    f"store-then-load race: loads tensor {t} element {self._coords(t, element)} that member "
+                    f"{other} (TPC {self.where['tpc_of'][other]}) stores at {store_at}; members run in any order "
+                    "and concurrently, so a member must not read what another writes",
+                    self.access.loc(int(l_rows[i])),
+                    int(l_member[i]),
+                )
+            written[t] = owner
         return written
 
-    def check_coverage(self, outputs: list[int], written: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
-        """Every element of every output written by some member."""
+    def check_coverage(self, outputs: list[int], written: dict[int, np.ndarray]) -> None:
+        """Every element of every output written by some member (``written``: the owner maps)."""
         for t in outputs:
-            covered = np.zeros(self.tensors[t].data.size, dtype=bool)
-            if t in written:
-                covered[written[t][0]] = True
-            if not covered.all():
-                missing = np.flatnonzero(~covered)
-                raise self._error(
-                    TpcUnwrittenOutputError,
-                    f"{missing.size} of {covered.size} elements of output tensor {t} were written by no member "
-                    f"(the first at {self._coords(t, int(missing[0]))}, TPC order dim0 first): check the index space "
-                    "and the kernel's loops",
-                    self.where["loc"],
-                )
+            owner = written.get(t)
+            size = self.tensors[t].data.size
+            if owner is not None and (size == 0 or int(owner.min()) >= 0):
+                continue
+            missing = np.flatnonzero(owner < 0) if owner is not None else np.arange(size)
+            raise self._error(
+                TpcUnwrittenOutputError,
+                f"{missing.size} of {size} elements of output tensor {t} were written by no member "
+                f"(the first at {self._coords(t, int(missing[0]))}, TPC order dim0 first): check the index space "
+                "and the kernel's loops",
+                self.where["loc"],
+            )
 
     def _coords(self, t: int, flat: int) -> list[int]:
         tensor = self.tensors[t]
