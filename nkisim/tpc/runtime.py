@@ -46,9 +46,9 @@ from nkisim.tpc.glue import (
     pack_params,
     unpack_word,
 )
-from nkisim.tpc.schedule import latency_matrix, schedule_member, split_members
+from nkisim.tpc.schedule import latency_matrix, member_tables, schedule_member
 from nkisim.tpc.semantics import SEMANTICS
-from nkisim.tpc.trace import M_GLD, M_GST, SLOT_NAMES, TensorState, Trace
+from nkisim.tpc.trace import SLOT_NAMES, TensorState, Trace
 from nkisim.tpc.types import BY_DTYPE
 
 #: A tensor parameter of a kernel (an opaque int handle, as in TPC-C).
@@ -476,7 +476,7 @@ def _timed(
     slot_busy = np.zeros(4, dtype=np.int64)
     issues: list[np.ndarray] = []
     slots: list[np.ndarray] = []
-    per_member = split_members(uops, member_uops)
+    per_member, mem_accesses = member_tables(uops, member_uops)
     for m, (first, last) in enumerate(member_uops):
         if last == first:
             cycles = 0
@@ -484,7 +484,7 @@ def _timed(
             slots.append(np.zeros(0, dtype=np.int64))
         else:
             arrays = per_member[m]
-            n_mem = int(np.count_nonzero((arrays[4] == M_GLD) | (arrays[4] == M_GST)))
+            n_mem = mem_accesses[m]
             horizon = (
                 16
                 + (last - first) * (int(lat.max()) + cfg.latency.lookup_issue_cycles + 2)
