@@ -58,7 +58,7 @@ class LocalArray:
         return self._ctx._vlm_load(self._ld, self._addr(int(i)), True, False, None)
 
     def __setitem__(self, i: int, value: Vec) -> None:
-        if type(value) is not Vec or value.vtype is not self.vtype:
+        if not isinstance(value, Vec) or value.vtype is not self.vtype:
             raise TypeError(f"a {self.vtype.name} local array stores {self.vtype.name} values")
         self._ctx._vlm_store(self._st, self._addr(int(i)), value, True, False)
 

@@ -40,7 +40,7 @@ from nkisim.tpc.trace import (
     VPU,
     tensor_opcode,
 )
-from nkisim.tpc.types import Pair, Vec, VType, code_of, node_of, predicate_type
+from nkisim.tpc.types import VEC_OF, Pair, Vec, VType, code_of, node_of, predicate_type
 
 _new = int.__new__
 _getframe = sys._getframe
@@ -63,7 +63,7 @@ def _type_error(ctx: Any, spec: IntrinsicSpec, operand: str, got: object, want: 
 
 
 def _operand(ctx: Any, spec: IntrinsicSpec, name: str, x: object, vt: VType, scalar_ok: bool = True) -> None:
-    if type(x) is Vec:
+    if isinstance(x, Vec):
         if x.vtype is not vt:
             raise _type_error(ctx, spec, name, x, vt.name)
     elif not scalar_ok or not isinstance(x, (int, float, np.integer, np.floating)) or isinstance(x, bool):
@@ -93,7 +93,7 @@ def emit(
     out = out or spec.out
     vb = None
     if spec.vector_predicate:
-        if type(predicate) is not Vec or predicate.vtype is not predicate_type(out.lanes):
+        if not isinstance(predicate, Vec) or predicate.vtype is not predicate_type(out.lanes):
             raise _type_error(ctx, spec, "predicate", predicate, predicate_type(out.lanes).name)
         vb = bool(polarity)
         args = (*args, predicate, 0 if income is None else income)
@@ -107,7 +107,7 @@ def emit(
     srcs = []
     skinds = []
     for p, (x, k) in enumerate(zip(args, kinds)):
-        if type(x) is Vec:
+        if isinstance(x, Vec):
             pattern.append(code_of(x, 15))
             srcs.append(p)
             skinds.append(k)
@@ -130,9 +130,9 @@ def _binary(spec: IntrinsicSpec) -> PerContext:
     def method(
         self: Any, a: Any, b: Any, switches: int = 0, income: Any = None, predicate: Any = True, polarity: Any = False
     ) -> Vec:
-        if type(a) is not Vec or a.vtype is not vt:
+        if not isinstance(a, Vec) or a.vtype is not vt:
             _operand(self, spec, "a", a, vt)
-        if type(b) is not Vec or b.vtype is not vt:
+        if not isinstance(b, Vec) or b.vtype is not vt:
             _operand(self, spec, "b", b, vt)
         return emit(self, spec, (a, b), (K_SRC, K_SRC), (switches,), predicate, polarity, income)
 
@@ -246,7 +246,7 @@ def _bits(spec: IntrinsicSpec) -> Callable[..., Vec]:
     out = spec.out
 
     def method(self: Any, a: Any) -> Vec:
-        if type(a) is not Vec or a.vtype.is_predicate:
+        if not isinstance(a, Vec) or a.vtype.is_predicate:
             raise _type_error(self, spec, "a", a, "a vector")
         op = opcode(Op((spec.sem, (a.vtype.code,), (out.dtype,), out.code, a.vtype.code, None), (), alias=True))
         return Vec(self._t.entry(op, (a,)), out)
@@ -358,7 +358,7 @@ def _ld_tnsr(spec: IntrinsicSpec) -> PerContext:
             mov = INTRINSICS[f"v_{vt.prefix}_mov_b"]
             return emit(self, mov, (0 if income is None else income,), (K_SRC,), (), True, False, None, None, C_LD)
         n = _record_access(self, tensor_opcode(vt, tensor, False), coords, None)
-        return _new(Vec, n << 4 | vcode)
+        return _new(VEC_OF[vcode], n << 4 | vcode)
 
     return PerContext(method, load_maker(vcode))
 
@@ -374,7 +374,7 @@ def _st_tnsr(spec: IntrinsicSpec) -> PerContext:
         t = self._t
         if self._tensor_code.get(tensor) != vcode:
             self._bad_tensor(spec, tensor)
-        if type(value) is not Vec or code_of(value, 15) != vcode:
+        if not isinstance(value, Vec) or code_of(value, 15) != vcode:
             raise _type_error(self, spec, "value", value, vt.name)
         if not (predicate is True and polarity is False) and not (bool(predicate) ^ bool(polarity)):
             op = off.get(tensor)  # predicated off: the instruction issues, nothing is written
@@ -402,7 +402,7 @@ def _st_l_v(spec: IntrinsicSpec) -> Callable[..., None]:
     def method(
         self: Any, addr: int, value: Any, switches: int = 0, predicate: Any = True, polarity: Any = False
     ) -> None:
-        if type(value) is not Vec or value.vtype is not spec.vtype:
+        if not isinstance(value, Vec) or value.vtype is not spec.vtype:
             raise _type_error(self, spec, "value", value, spec.vtype.name)
         self._vlm_store(spec, int(addr), value, predicate, polarity)
 

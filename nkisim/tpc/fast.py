@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.tpc.types import Vec, code_of
+from nkisim.tpc.types import VEC_OF, Vec
 
 _new = int.__new__
 _getframe = sys._getframe
@@ -59,6 +59,7 @@ def coords_view(ctx: Any, coords: Any) -> memoryview | None:
 
 def load_maker(vcode: int) -> Maker:
     """The closure maker of a vector load of type ``vcode``."""
+    out = VEC_OF[vcode]
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
@@ -85,7 +86,7 @@ def load_maker(vcode: int) -> Maker:
             f = _getframe(1)
             code_push(f.f_code)
             lasti_push(f.f_lasti)
-            return _new(Vec, n << 4 | vcode)
+            return _new(out, n << 4 | vcode)
 
         return load
 
@@ -94,6 +95,7 @@ def load_maker(vcode: int) -> Maker:
 
 def store_maker(vcode: int) -> Maker:
     """The closure maker of a vector store of type ``vcode``."""
+    vec = VEC_OF[vcode]
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
@@ -109,9 +111,8 @@ def store_maker(vcode: int) -> Maker:
             op = fast.get(tensor)
             if (
                 op is None
+                or type(value) is not vec
                 or coords is not cache[0]
-                or type(value) is not Vec
-                or code_of(value, 15) != vcode
                 or predicate is not True
                 or polarity is not False
             ):
@@ -131,6 +132,8 @@ def store_maker(vcode: int) -> Maker:
 
 def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker:
     """The closure maker of an unpredicated binary op on two vectors, or a vector and a Python float or int."""
+    vec, out = VEC_OF[vcode], VEC_OF[ocode]
+    scalars = (float, int) if op_vs is not None else ()
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
@@ -140,21 +143,20 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
         def binary(
             a: Any, b: Any, switches: int = 0, income: Any = None, predicate: Any = True, polarity: Any = False
         ) -> Vec:
-            if type(a) is Vec and code_of(a, 15) == vcode and switches == 0 and predicate is True and polarity is False:
+            if type(a) is vec and switches == 0 and predicate is True and polarity is False:
                 tb = type(b)
-                if tb is Vec:
-                    if code_of(b, 15) == vcode:
-                        n = len(seq)
-                        push(op_vv)
-                        x_push(a)
-                        x_push(b)
-                        return _new(Vec, n << 4 | ocode)
-                elif (tb is float or tb is int) and op_vs is not None:
+                if tb is vec:
+                    n = len(seq)
+                    push(op_vv)
+                    x_push(a)
+                    x_push(b)
+                    return _new(out, n << 4 | ocode)
+                if tb in scalars:
                     n = len(seq)
                     push(op_vs)
                     x_push(a)
                     f_push(b)
-                    return _new(Vec, n << 4 | ocode)
+                    return _new(out, n << 4 | ocode)
             return plain(ctx, a, b, switches, income, predicate, polarity)
 
         return binary
@@ -164,6 +166,7 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
 
 def unary_maker(vcode: int, op: int) -> Maker:
     """The closure maker of a macro on one vector (a reduction or special function) after its first call."""
+    vec = VEC_OF[vcode]
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
@@ -171,11 +174,11 @@ def unary_maker(vcode: int, op: int) -> Maker:
         push, x_push = seq.append, t.xs.append
 
         def macro(x: Any) -> Vec:
-            if type(x) is Vec and code_of(x, 15) == vcode and ctx.lookup_at is not None:
+            if type(x) is vec and ctx.lookup_at is not None:
                 n = len(seq)
                 push(op)
                 x_push(x)
-                return _new(Vec, n << 4 | vcode)
+                return _new(vec, n << 4 | vcode)
             return plain(ctx, x)
 
         return macro

@@ -92,7 +92,9 @@ class Vec(int):
     """An immutable vector (or predicate) value: a handle on a node of the trace and its type.
 
     A small integer (``node * 16 + type code``), so that millions of them cost the garbage collector
-    nothing. Its lanes are not readable by the kernel (see :meth:`nkisim.tpc.TpcContext.lanes` to debug).
+    nothing. Each type's vectors are of its own subclass (``VEC_OF[code]``), so the recording fast
+    paths test a value's type with one identity check. Its lanes are not readable by the kernel
+    (see :meth:`nkisim.tpc.TpcContext.lanes` to debug).
 
     Attributes:
         id: the node's index in its trace.
@@ -102,7 +104,7 @@ class Vec(int):
     __slots__ = ()
 
     def __new__(cls, node: int, vtype: VType) -> Vec:
-        return int.__new__(cls, node << 4 | vtype.code)
+        return int.__new__(VEC_OF[vtype.code], node << 4 | vtype.code)
 
     @property
     def id(self) -> int:
@@ -134,6 +136,11 @@ class Vec(int):
     __lt__ = __le__ = __gt__ = __ge__ = _no_arithmetic("a comparison")
     __float__ = __int__ = _no_arithmetic("a conversion to a Python number")
 
+
+#: The class of each type's vectors, by type code (``Vec(node, vtype)`` makes one).
+VEC_OF: dict[int, type[Vec]] = {
+    code: type(f"Vec[{vt.name}]", (Vec,), {"__slots__": (), "__module__": __name__}) for code, vt in BY_CODE.items()
+}
 
 #: ``node`` and type code of a Vec, for the recording fast paths.
 node_of = int.__rshift__
