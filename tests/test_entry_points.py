@@ -173,3 +173,14 @@ def test_the_jax_wrapper_checks_its_arguments():
         nkisim.jax.call(42, jnp.ones((4, 4)))
     with pytest.raises(TypeError, match=r"^nkisim\.jax\.call: target must be a generation name .* got int 3"):
         nkisim.jax.call(copy, jnp.ones((4, 4)), target=3)
+
+
+def test_a_pair_that_names_no_dtype_is_an_ordinary_argument():
+    seen = []
+
+    def kernel(a, how):
+        seen.append(how)
+        return copy(a)
+
+    np.testing.assert_array_equal(nkisim.run(kernel, [A, (("select", 3), "dynamic")]).outputs, A)
+    assert seen == [(("select", 3), "dynamic")]

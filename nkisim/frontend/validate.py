@@ -22,7 +22,7 @@ import numpy as np
 
 from nkisim.errors import ExecutionError, KernelError, MemoryKindError, SourceLoc
 from nkisim.hw import HwConfig
-from nkisim.memory import Tensor
+from nkisim.memory import Tensor, to_dtype
 from nkisim.memory.space import describe
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -70,7 +70,12 @@ def _check_input(entry: str, name: str, value: object) -> None:
 
     Anything else may be a kernel argument (arrays, Python scalars and lists for static arguments).
     """
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], (tuple, list)):
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], (tuple, list))
+        and _names_a_dtype(value[1])
+    ):
         shape = value[0]
         bad = [d for d in shape if isinstance(d, bool) or not isinstance(d, (int, np.integer))]
         if bad:
@@ -78,6 +83,15 @@ def _check_input(entry: str, name: str, value: object) -> None:
         if any(d < 0 for d in shape):
             raise ValueError(f"{entry}: input {name} {_short(value)}: the shape {tuple(shape)} has a negative size")
         return
+
+
+def _names_a_dtype(value: object) -> bool:
+    """``value`` is an NKI data type (so a ``(shape, dtype)`` pair is meant); other pairs are plain arguments."""
+    try:
+        to_dtype(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def check_target(entry: str, target: object) -> None:
