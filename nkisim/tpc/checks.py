@@ -130,6 +130,46 @@ def _foreign(
     return -1
 
 
+@numba.njit(cache=True)
+def _patterns_ok(
+    tensor: np.ndarray,
+    coords: np.ndarray,
+    member: np.ndarray,
+    lanes: np.ndarray,
+    t: int,
+    sizes: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    dims: np.ndarray,
+    bounds: np.ndarray,
+) -> bool:  # pragma: no cover
+    """Every access of tensor ``t`` (clipped to it) inside ``a*i + [start_b, end_b]`` of its member, per dim."""
+    first = np.empty(5, dtype=np.int64)
+    last = np.empty(5, dtype=np.int64)
+    for i in range(tensor.shape[0]):
+        if tensor[i] != t:
+            continue
+        inside = True
+        for d in range(5):
+            f = coords[i, d]
+            e = f + (lanes[i] - 1 if d == 0 else 0)
+            first[d] = f if f > 0 else 0
+            last[d] = e if e < sizes[d] - 1 else sizes[d] - 1
+            if first[d] > last[d]:
+                inside = False
+        if not inside:
+            continue
+        m = member[i]
+        for d in range(dims.shape[0]):
+            a, sb, eb = bounds[d, 0], bounds[d, 1], bounds[d, 2]
+            if sizes[d] == 1 and d > 0 and a == 0 and sb == 0 and eb == 0:
+                continue
+            j = dims[d]
+            if first[d] < a * lo[m, j] + sb or last[d] > a * (hi[m, j] - 1) + eb:
+                return False
+    return True
+
+
 class Footprint:
     """The logged accesses of a run, as arrays, and the checks over them."""
 
@@ -174,6 +214,11 @@ class Footprint:
             if not sel.size:
                 continue
             sizes = self.tensors[t].sizes
+            maps = pattern.mapping[:5]
+            dims = np.array([m.indexSpaceDim for m in maps], dtype=np.int64)
+            bounds = np.array([[m.a, m.start_b, m.end_b] for m in maps], dtype=np.float64).reshape(-1, 3)
+            if _patterns_ok(r["tensor"], r["coords"], r["member"], r["lanes"], t, sizes, lo, hi, dims, bounds):
+                continue  # the common case; the numpy pass below finds and describes the violation
             coords, member, lanes = r["coords"][sel], r["member"][sel], r["lanes"][sel]
             first = coords.copy()
             last = coords.copy()

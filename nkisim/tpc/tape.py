@@ -256,6 +256,10 @@ def scatter(
         if not inside:
             continue
         d0 = coords[i, 0]
+        if d0 >= 0 and d0 + lanes <= sizes[0]:
+            for j in range(lanes):
+                flat[base + d0 + j] = values[row, j]
+            continue
         for j in range(lanes):
             e = d0 + j
             if e >= 0 and e < sizes[0]:
@@ -307,3 +311,23 @@ def expand(
             u += 1
         entry_uop[n] = u - 1 if counts[op] else -1
     return u
+
+
+@numba.njit(cache=True)
+def take_rows(values: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:  # pragma: no cover
+    """``values[ids, :width]`` as a new contiguous array (rows of 64-bit words)."""
+    out = np.empty((ids.shape[0], width), dtype=values.dtype)
+    for i in range(ids.shape[0]):
+        row = ids[i]
+        for j in range(width):
+            out[i, j] = values[row, j]
+    return out
+
+
+@numba.njit(cache=True)
+def put_rows(values: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:  # pragma: no cover
+    """``values[ids, :rows.shape[1]] = rows`` (rows of 64-bit words)."""
+    for i in range(ids.shape[0]):
+        row = ids[i]
+        for j in range(rows.shape[1]):
+            values[row, j] = rows[i, j]

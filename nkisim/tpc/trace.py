@@ -37,8 +37,10 @@ from nkisim.tpc.tape import (
     expand,
     gather,
     opcode,
+    put_rows,
     scatter,
     tables,
+    take_rows,
 )
 from nkisim.tpc.types import BY_CODE, VECTOR_BYTES, Vec, VType
 
@@ -211,7 +213,8 @@ class Trace:
         new = max(end, 2 * cap)
         for name in ("_ops", "_src", "_level", "_fidx", "_crow", "_values"):
             old = getattr(self, name)
-            grown = np.full((new, *old.shape[1:]), -1 if name == "_src" else 0, dtype=old.dtype)
+            shape = (new, *old.shape[1:])
+            grown = np.full(shape, -1, dtype=old.dtype) if name == "_src" else np.empty(shape, dtype=old.dtype)
             grown[:cap] = old
             setattr(self, name, grown)
 
@@ -325,7 +328,8 @@ class Trace:
     def _operand(self, column: Any, kind: int) -> np.ndarray:
         if kind >= 0:
             vt = BY_CODE[kind]
-            return self._values[column, : vt.lanes * vt.dtype.itemsize].view(vt.dtype)
+            words = vt.lanes * vt.dtype.itemsize // 8
+            return take_rows(self._values.view(np.uint64), np.asarray(column, dtype=np.int64), words).view(vt.dtype)
         dtype = BY_CODE[SCALAR - kind].dtype
         values = np.array(column, dtype=np.float64 if dtype.kind in "fV" else np.int64)
         if dtype.kind in "iu":
@@ -341,13 +345,12 @@ class Trace:
         if vb is not None:
             result = np.where(args[-2] != vb, result, args[-1])
         out = BY_CODE[out_code]
-        nbytes = out.lanes * out.dtype.itemsize
         if type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes):
-            self._values[ids, :nbytes] = np.ascontiguousarray(result).view(np.uint8)
-            return
-        rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
-        rows[...] = result
-        self._values[ids, :nbytes] = rows.view(np.uint8)
+            rows = np.ascontiguousarray(result)
+        else:
+            rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
+            rows[...] = result
+        put_rows(self._values.view(np.uint64), ids, rows.view(np.uint64))
 
     def _load(self, ids: np.ndarray, tensor: int) -> None:
         """The vector loads ``ids`` of ``tensor`` (one compiled gather)."""
