@@ -19,8 +19,11 @@ LANES = {"f32": 64, "bf16": 128}
 DATA_TYPES = {"f32": tpc.DATA_F32, "bf16": tpc.DATA_BF16}
 
 
-def box(ctx: Any, lanes: int) -> Iterator[np.ndarray]:
-    """The int5 coordinates of every vector in this member's box (dim0 in steps of ``lanes``)."""
+def outer(ctx: Any) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """This member's box: ``(c, start, end)`` with the int5 ``c`` set to each point of dims 1..4 in turn.
+
+    The same ``c`` is yielded each time (the caller sets ``c[0]``); ``start``/``end`` bound the box.
+    """
     start = ctx.get_index_space_offset()
     end = start + ctx.get_index_space_size()
     c = ctx.int5()
@@ -32,9 +35,15 @@ def box(ctx: Any, lanes: int) -> Iterator[np.ndarray]:
                 c[2] = d2
                 for d1 in range(start[1], end[1]):
                     c[1] = d1
-                    for d0 in range(start[0] * lanes, end[0] * lanes, lanes):
-                        c[0] = d0
-                        yield c
+                    yield c, start, end
+
+
+def box(ctx: Any, lanes: int) -> Iterator[np.ndarray]:
+    """The int5 coordinates of every vector in this member's box (dim0 in steps of ``lanes``)."""
+    for c, start, end in outer(ctx):
+        for d0 in range(start[0] * lanes, end[0] * lanes, lanes):
+            c[0] = d0
+            yield c
 
 
 @functools.cache

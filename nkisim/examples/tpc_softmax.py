@@ -16,24 +16,14 @@ from typing import Any
 import numpy as np
 
 import nkisim.tpc as tpc
-from nkisim.examples.tpc_relu import DATA_TYPES, LANES
+from nkisim.examples.tpc_relu import DATA_TYPES, LANES, outer
 
 
 def rows(ctx: Any) -> Iterator[np.ndarray]:
     """The int5 coordinates of the start of each row of this member (dim0 = 0)."""
-    start = ctx.get_index_space_offset()
-    end = start + ctx.get_index_space_size()
-    c = ctx.int5()
-    for d4 in range(start[4], end[4]):
-        c[4] = d4
-        for d3 in range(start[3], end[3]):
-            c[3] = d3
-            for d2 in range(start[2], end[2]):
-                c[2] = d2
-                for d1 in range(start[1], end[1]):
-                    c[1] = d1
-                    c[0] = 0
-                    yield c
+    for c, _, _ in outer(ctx):
+        c[0] = 0
+        yield c
 
 
 def _load_f32(ctx: Any, p: str, c: np.ndarray, t: int) -> list[Any]:

@@ -23,6 +23,7 @@ import numpy as np
 from nkisim.errors import SourceLoc
 from nkisim.tpc.errors import TpcAccessPatternError, TpcRaceError, TpcUnwrittenOutputError
 from nkisim.tpc.glue import TensorAccessPattern
+from nkisim.tpc.tape import row_base
 from nkisim.tpc.trace import AccessLog, TensorState
 
 
@@ -73,50 +74,23 @@ def partition(geometry: list[int], tpcs: int, order: str, seed: int) -> list[tup
 
 
 @numba.njit(cache=True)
-def _own(
-    owner: np.ndarray, coords: np.ndarray, member: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+def _owners(
+    owner: np.ndarray,
+    coords: np.ndarray,
+    member: np.ndarray,
+    sizes: np.ndarray,
+    strides: np.ndarray,
+    lanes: int,
+    mode: int,
 ) -> int:  # pragma: no cover
-    """Mark each element the stores write with its member (the last store wins), then find a write-write race.
+    """One pass over the in-bounds elements of the accesses ``coords`` (members ``member``) of a tensor.
 
-    Returns ``row * owner.size + element`` of the first store (in program order) whose element ends
-    up owned by another member, or -1.
+    ``mode`` 0 marks each element with its member (the last access wins) and returns -1; mode 1
+    finds an element owned by another member than the access's, mode 2 one owned by another member
+    (not -1). Returns ``row * owner.size + element`` of the first such access, or -1.
     """
-    for rep in range(2):
-        for i in range(coords.shape[0]):
-            inside = True
-            base = 0
-            for d in range(1, 5):
-                c = coords[i, d]
-                if c < 0 or c >= sizes[d]:
-                    inside = False
-                base += c * strides[d]
-            if not inside:
-                continue
-            m = member[i]
-            for j in range(lanes):
-                e = coords[i, 0] + j
-                if e < 0 or e >= sizes[0]:
-                    continue
-                if rep == 0:
-                    owner[base + e] = m
-                elif owner[base + e] != m:
-                    return i * owner.size + base + e
-    return -1
-
-
-@numba.njit(cache=True)
-def _foreign(
-    owner: np.ndarray, coords: np.ndarray, member: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
-) -> int:  # pragma: no cover
-    """The first load (``row * owner.size + element``) of an element another member writes, or -1."""
     for i in range(coords.shape[0]):
-        inside = True
-        base = 0
-        for d in range(1, 5):
-            c = coords[i, d]
-            if c < 0 or c >= sizes[d]:
-                inside = False
-            base += c * strides[d]
+        inside, base = row_base(coords, i, sizes, strides)
         if not inside:
             continue
         m = member[i]
@@ -125,9 +99,30 @@ def _foreign(
             if e < 0 or e >= sizes[0]:
                 continue
             o = owner[base + e]
-            if o >= 0 and o != m:
+            if mode == 0:
+                owner[base + e] = m
+            elif o != m and (mode == 1 or o >= 0):
                 return i * owner.size + base + e
     return -1
+
+
+def _own(
+    owner: np.ndarray, coords: np.ndarray, member: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+) -> int:
+    """Mark each element the stores write with its member (the last store wins), then find a write-write race.
+
+    Returns ``row * owner.size + element`` of the first store (in program order) whose element ends
+    up owned by another member, or -1.
+    """
+    _owners(owner, coords, member, sizes, strides, lanes, 0)
+    return _owners(owner, coords, member, sizes, strides, lanes, 1)
+
+
+def _foreign(
+    owner: np.ndarray, coords: np.ndarray, member: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+) -> int:
+    """The first load (``row * owner.size + element``) of an element another member writes, or -1."""
+    return _owners(owner, coords, member, sizes, strides, lanes, 2)
 
 
 @numba.njit(cache=True)

@@ -203,6 +203,21 @@ def bucket(keys: np.ndarray, width: int) -> np.ndarray:  # pragma: no cover
 
 
 @numba.njit(cache=True)
+def row_base(
+    coords: np.ndarray, i: int, sizes: np.ndarray, strides: np.ndarray
+) -> tuple[bool, int]:  # pragma: no cover
+    """Whether access ``i``'s dims 1..4 lie inside the tensor, and its flat offset apart from dim0."""
+    inside = True
+    base = 0
+    for d in range(1, 5):
+        c = coords[i, d]
+        if c < 0 or c >= sizes[d]:
+            inside = False
+        base += c * strides[d]
+    return inside, base
+
+
+@numba.njit(cache=True)
 def gather(
     values: np.ndarray,
     ids: np.ndarray,
@@ -216,13 +231,7 @@ def gather(
     """Vector loads: ``values[ids[i], :lanes]`` from ``flat`` at ``coords[i]``; out-of-bounds lanes get ``pad[0]``."""
     for i in range(ids.shape[0]):
         row = ids[i]
-        inside = True
-        base = 0
-        for d in range(1, 5):
-            c = coords[i, d]
-            if c < 0 or c >= sizes[d]:
-                inside = False
-            base += c * strides[d]
+        inside, base = row_base(coords, i, sizes, strides)
         d0 = coords[i, 0]
         if inside and d0 >= 0 and d0 + lanes <= sizes[0]:
             for j in range(lanes):
@@ -246,13 +255,7 @@ def scatter(
     """Vector stores in order: ``values[ids[i], :lanes]`` to ``flat`` at ``coords[i]``, out-of-bounds lanes culled."""
     for i in range(ids.shape[0]):
         row = ids[i]
-        inside = True
-        base = 0
-        for d in range(1, 5):
-            c = coords[i, d]
-            if c < 0 or c >= sizes[d]:
-                inside = False
-            base += c * strides[d]
+        inside, base = row_base(coords, i, sizes, strides)
         if not inside:
             continue
         d0 = coords[i, 0]
