@@ -326,9 +326,9 @@ def _host(cfg: TpcConfig) -> tuple[HwConfig, MemorySystem]:
 def _without_gc(fn: Callable[..., TpcResult]) -> Callable[..., TpcResult]:
     """Run ``fn`` with the cyclic garbage collector paused (restored after).
 
-    A run allocates one small tuple per intrinsic call and keeps them all until the trace is
-    evaluated; none forms a cycle, but the collector would rescan them again and again (it took
-    about half the wall time of a 1M-element kernel).
+    A run allocates small objects per intrinsic call (vector handles and their column entries) and
+    keeps them until the trace is evaluated; none forms a cycle, but the collector would rescan
+    them again and again (it took about half the wall time of a 1M-element kernel).
     """
 
     @functools.wraps(fn)

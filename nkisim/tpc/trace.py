@@ -13,6 +13,7 @@ per vector to one per group). After the run the tape is expanded into the micro-
 
 from __future__ import annotations
 
+import functools
 import itertools
 from array import array
 from collections import defaultdict
@@ -123,6 +124,7 @@ def code_line(code: Any, lasti: int) -> int:
     return code.co_firstlineno
 
 
+@functools.cache
 def tensor_opcode(vt: VType, tensor: int, store: bool) -> int:
     """The opcode of a vector load (or store) of ``tensor`` with type ``vt`` (column layout)."""
     if store:
