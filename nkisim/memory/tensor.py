@@ -37,6 +37,11 @@ class Region:
 _tensor_ids = itertools.count(1)
 
 
+def uid_mark() -> int:
+    """A number larger than every :attr:`Tensor.uid` so far and at most every later one."""
+    return next(_tensor_ids)
+
+
 class DynSlice:
     """``nl.ds(start, size)``: the slice ``start:start + size``."""
 

@@ -158,7 +158,7 @@ class Checker:
     def _taint(self, t: Tensor) -> np.ndarray | None:
         """Per element of a static view: 0 written, -1 never written, k carried from origin k; None if all written."""
         marks = self._view(t, every_byte=False)
-        if ((marks - 1) < 2).all():  # _WRITTEN or _TENSOR (uint8: _NEVER wraps to 255)
+        if marks.size == 0 or (marks.min() >= _WRITTEN and marks.max() <= _TENSOR):  # two passes, no temporaries
             return None
         taint = np.zeros(marks.shape, dtype=np.int32)
         carried = marks == _CARRIED

@@ -24,6 +24,7 @@ running one, so they are not reported.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from nkisim.errors import SourceLoc
 from nkisim.memory import Region, Storage, Tensor
+from nkisim.memory.tensor import uid_mark
 
 #: ``(severity, check, rule)``: how the tracker hands a finding to the checker.
 Report = Callable[[str, str, str], None]
@@ -45,12 +47,14 @@ class LoopFrame:
         position: the iteration's place in the order it ran (0, 1, ...).
         value: the loop variable's value in this iteration.
         loc: the ``for`` line of the loop.
+        fresh: tensors with a ``uid`` from this number on were allocated in this iteration.
     """
 
     instance: int
     position: int
     value: int
     loc: SourceLoc
+    fresh: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,8 @@ class LoopTracker:
         self._events: list[Event | None] = [None]  # event 0: not written or read in a loop
         self._writes: dict[int, _Shadow] = {}
         self._reads: dict[int, _Shadow] = {}
+        #: Per loop execution, the tensor-uid mark and loop value at the start of each iteration.
+        self._marks: dict[int, list[tuple[int, int]]] = {}
 
     # -- the loops ----------------------------------------------------------------------
 
@@ -95,11 +101,14 @@ class LoopTracker:
     def iterate(self, instance: int, position: int, value: int, loc: SourceLoc) -> None:
         """Iteration ``position`` (loop variable ``value``) of loop ``instance`` begins."""
         frames = [f for f in self.frames if f.instance != instance]
-        self.frames = (*frames, LoopFrame(instance, position, value, loc))
+        mark = uid_mark()
+        self._marks.setdefault(instance, []).append((mark, value))
+        self.frames = (*frames, LoopFrame(instance, position, value, loc, mark))
 
     def leave(self, instance: int) -> None:
         self.frames = tuple(f for f in self.frames if f.instance != instance)
         if not self.frames:  # what ran in a finished loop nest can never pair with a later loop
+            self._marks.clear()
             self._events = [None]
             self._writes.clear()
             self._reads.clear()
@@ -123,7 +132,19 @@ class LoopTracker:
 
         ``accumulates``: the instruction adds onto its destination (its spec says so). A
         read-modify-write of one tile (``dst`` is also an input) accumulates too.
+
+        Tiles allocated in the innermost running iteration are private to it and skipped.
         """
+        fresh = self.frames[-1].fresh
+        if any(t.uid >= fresh for _, t in (*reads, *writes)):
+            reads = [(name, t) for name, t in reads if t.uid < fresh]
+            writes = [(name, t) for name, t in writes if t.uid < fresh]
+            if not reads and not writes:
+                return
+        for how, accesses in (("read", reads), ("write", writes)):
+            for name, t in accesses:
+                if self._from_an_earlier_iteration(instruction, loc, name, t, how, report):
+                    return
         written = {(id(t.storage), t.region) for _, t in writes}
         read = {(id(t.storage), t.region) for _, t in reads}
         rmw = bool(written & read)
@@ -143,6 +164,38 @@ class LoopTracker:
                 self._shadow(self._reads, t).stamp(t, event_id)
         for _, t in writes:
             self._shadow(self._writes, t).stamp(t, event_id)
+
+    def _from_an_earlier_iteration(
+        self, instruction: str, loc: SourceLoc, name: str, t: Tensor, how: str, report: Report
+    ) -> bool:
+        """Report an access to a tile that an earlier iteration of a running loop allocated.
+
+        Such a tile is handed from one iteration to the next (through a Python variable or list),
+        and its accesses were not recorded while it was private to the iteration that made it.
+        """
+        for frame in self.frames:
+            marks = self._marks.get(frame.instance, [])
+            if not marks or not marks[0][0] <= t.uid < frame.fresh:
+                continue
+            born = marks[bisect.bisect_right(marks, (t.uid, float("inf"))) - 1][1]
+            what = f"{_storage_name(t.storage)} tile {t.name!r}"
+            loop = f"the affine_range loop at {frame.loc}"
+            if how == "read":
+                check = "loop-carried-dependency"
+                rule = (
+                    f"{name} reads {what}, which iteration {born} of {loop} allocated: a loop-carried dependency, "
+                    f"but affine_range iterations may run in any order; use sequential_range (iteration "
+                    f"{frame.value} reads it)"
+                )
+            else:
+                check = "race"
+                rule = (
+                    f"{name} writes {what}, which iteration {born} of {loop} allocated and may still be using: "
+                    f"affine_range iterations may overlap; use sequential_range (iteration {frame.value} writes it)"
+                )
+            report("error", check, rule)
+            return True
+        return False
 
     def _check(
         self, shadow: _Shadow, instruction: str, name: str, t: Tensor, accumulates: bool, how: str, report: Report
@@ -185,6 +238,8 @@ class _Shadow:
 
     def events(self, t: Tensor) -> list[int]:
         """The events (non-zero, earliest first) of the bytes ``t`` touches."""
+        if self.per_byte is None and self.count and not _dense(t):
+            self._to_per_byte()  # a strided view: only the per-byte record is exact
         if self.per_byte is not None:
             stamps = _byte_view(self.per_byte, t)
             if stamps.size == 0:
@@ -213,6 +268,13 @@ class _Shadow:
             return
         b = self.boxes[: self.count]
         hit = (b[:, 0] < r.r1) & (r.r0 < b[:, 1]) & (b[:, 2] < r.b1) & (r.b0 < b[:, 3])
+        hits = np.flatnonzero(hit)
+        if len(hits) == 0:
+            self._append(r.r0, r.r1, r.b0, r.b1, event)
+            return
+        if len(hits) == 1 and tuple(b[hits[0], :4]) == (r.r0, r.r1, r.b0, r.b1):
+            b[hits[0], 4] = event  # the same bytes again (a tile reused, or a new one at its address)
+            return
         pieces = [_minus(box, r) for box in b[hit]]
         kept = b[~hit]
         rows = [kept, *(np.array(p, dtype=np.int64).reshape(-1, 5) for p in pieces if p)]
@@ -222,6 +284,14 @@ class _Shadow:
         if self.count > len(self.boxes):
             self.boxes = np.zeros((2 * self.count, 5), dtype=np.int64)
         self.boxes[: self.count] = merged
+
+    def _append(self, r0: int, r1: int, b0: int, b1: int, event: int) -> None:
+        if self.count == len(self.boxes):
+            grown = np.zeros((2 * self.count, 5), dtype=np.int64)
+            grown[: self.count] = self.boxes
+            self.boxes = grown
+        self.boxes[self.count] = (r0, r1, b0, b1, event)
+        self.count += 1
 
     def _to_per_byte(self) -> None:
         self.per_byte = np.zeros(self.storage.bytes.shape, dtype=np.int32)

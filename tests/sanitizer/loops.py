@@ -107,3 +107,17 @@ def carried_running_max_used(a):
         nisa.tensor_scalar(dst=y, data=x, op0=nl.divide, operand0=m)
         nisa.dma_copy(dst=out[i * P : (i + 1) * P], src=y)
     return out
+
+
+def carried_through_a_python_variable(a):
+    """A software pipeline: each iteration stores the tile the previous iteration loaded."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    previous = None
+    for i in nl.affine_range(a.shape[0] // P):
+        t = nl.ndarray((P, F), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[i * P : (i + 1) * P])
+        if previous is not None:
+            nisa.dma_copy(dst=out[(i - 1) * P : i * P], src=previous)  # @carried_through_a_python_variable
+        previous = t
+    nisa.dma_copy(dst=out[a.shape[0] - P :], src=previous)
+    return out

@@ -65,6 +65,7 @@ CASES = [
     Case(loops, "carried_decay", "loop-carried-dependency", "error"),
     Case(loops, "carried_in_inner_loop", "loop-carried-dependency", "error"),
     Case(loops, "carried_running_max_used", "race", "error"),
+    Case(loops, "carried_through_a_python_variable", "loop-carried-dependency", "error"),
     Case(loops, "shifted_in_place", "race", "error", TILE),
     # races that only program order prevents
     Case(races, "hbm_same_rows", "race", "error"),

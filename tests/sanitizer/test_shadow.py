@@ -29,7 +29,7 @@ views = st.tuples(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(accesses=st.lists(views, min_size=1, max_size=12), probe=views)
 def test_events_match_a_per_byte_reference(accesses, probe):
     storage = Storage("sbuf", ROWS, ROW_BYTES)
