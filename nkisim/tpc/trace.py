@@ -111,6 +111,17 @@ class TensorState:
         return index, (dim0 >= 0) & (dim0 < sizes[0]) & inside[:, None]
 
 
+def _append(buffer: np.ndarray, used: int, rows: np.ndarray) -> np.ndarray:
+    """``rows`` written after the first ``used`` rows of ``buffer`` (grown by doubling): the buffer."""
+    end = used + rows.shape[0]
+    if end > buffer.shape[0]:
+        grown = np.empty((max(end, 2 * buffer.shape[0]), *buffer.shape[1:]), dtype=buffer.dtype)
+        grown[:used] = buffer[:used]
+        buffer = grown
+    buffer[used:end] = rows
+    return buffer
+
+
 def _ints(column: Any) -> np.ndarray:
     """A column of ints (or Vec handles, read as their raw int) as int64."""
     return np.frombuffer(array("q", column), dtype=np.int64)
@@ -174,8 +185,9 @@ class Trace:
         self._fidx = np.zeros(cap, dtype=np.int64)
         self._crow = np.zeros(cap, dtype=np.int64)
         self._values = np.zeros((cap, VECTOR_BYTES), dtype=np.uint8)
-        self._fvals = np.zeros(0, dtype=np.float64)
-        self._coords = np.zeros((0, 5), dtype=np.int64)
+        self._fvals = np.zeros(0, dtype=np.float64)  # the float scalars (the first _nf)
+        self._coords = np.zeros((0, 5), dtype=np.int64)  # the accesses' coordinates (the first _nc)
+        self._nf = self._nc = 0
         self._acc_n: list[np.ndarray] = []
 
     # -- recording (the slow paths; the fast ones append to the columns themselves) ---------
@@ -224,14 +236,16 @@ class Trace:
         """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base)."""
         xs = _ints(self.xs)
         self.xs.clear()
-        fbase, cbase = self._fvals.shape[0], self._coords.shape[0]
+        fbase, cbase = self._nf, self._nc
         if self.fs:
-            self._fvals = np.concatenate((self._fvals, np.array(self.fs, dtype=np.float64)))
+            self._fvals = _append(self._fvals, fbase, np.array(self.fs, dtype=np.float64))
+            self._nf += len(self.fs)
             self.fs.clear()
         if self.cb:
-            new = np.frombuffer(bytes(self.cb), dtype=np.int32).reshape(-1, 5).astype(np.int64)
+            new = np.frombuffer(bytes(self.cb), dtype=np.int32).reshape(-1, 5)
             self.cb.clear()
-            self._coords = np.concatenate((self._coords, new)) if cbase else new
+            self._coords = _append(self._coords, cbase, new)
+            self._nc += new.shape[0]
         return xs, fbase, cbase
 
     def flush(self) -> None:
@@ -380,7 +394,7 @@ class Trace:
     def access_log(self, member_starts: list[int]) -> AccessLog:
         """Every tensor access of the run, as arrays (call after the last :meth:`flush`)."""
         n = np.concatenate(self._acc_n) if self._acc_n else np.zeros(0, dtype=np.int64)
-        coords = self._coords
+        coords = self._coords[: self._nc]
         info = tables().access[self._ops[n]]
         member = np.searchsorted(np.asarray(member_starts, dtype=np.int64), n, side="right") - 1
         return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, self.codes, self.lastis)
