@@ -1,18 +1,30 @@
 """Wall time of nkisim next to plain numpy on the same data, and simulated instructions per second.
 
-    python benchmarks/bench_core.py [--repeat 5]
+    python benchmarks/bench_core.py [--repeat 5] [--tutorial]
 
 (a) a 4096x4096 float32 tensor add in 128x512 tiles (the seed kernel), and
 (b) a 1024x1024x1024 tiled matmul (128x128 stationary, 512-wide moving, K in PSUM),
 in float32 and bfloat16. Times are the median of the repeats after one warm-up run.
+Next to whole-array numpy, ``loop ms`` is a plain numpy loop over the same tiles
+(the floor for a simulator that executes tile by tile) and ``/loop`` nkisim's ratio to it.
+
+Then the per-instruction figures: simulated instructions per second of small-tile
+kernels (``benchmarks/small_kernels.py``) in a full run and shapes-only, and the
+bytes a finished profile retains per instruction. ``--tutorial`` adds the shapes-only
+profile of the matmul tutorial's [4096, 8192] @ [8192, 8192] bfloat16 (``matmul_tiled``,
+about 99k instructions).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
+import sys
 import time
+import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -21,6 +33,9 @@ import numpy as np
 import nkisim
 from nkisim.examples.matmul import matmul_tiled
 from nkisim.examples.tensor_add import nki_tensor_add
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from small_kernels import engine_mix, vector_chain
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -33,29 +48,103 @@ def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
-def bench(name: str, kernel: Any, inputs: list[np.ndarray], reference: Callable[[], np.ndarray], repeat: int) -> None:
+def add_loop(a: np.ndarray, b: np.ndarray, tile: tuple[int, int] = (128, 512)) -> np.ndarray:
+    """``a + b`` by a numpy loop over the kernel's 128x512 tiles."""
+    out = np.empty_like(a)
+    for r in range(0, a.shape[0], tile[0]):
+        for c in range(0, a.shape[1], tile[1]):
+            block = (slice(r, r + tile[0]), slice(c, c + tile[1]))
+            out[block] = a[block] + b[block]
+    return out
+
+
+def matmul_loop(lhs_t: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``lhs_t.T @ rhs`` with :func:`matmul_tiled`'s blocking: 128x512 result blocks, K in 128-row steps."""
+    (k_size, m_size), n_size = lhs_t.shape, rhs.shape[1]
+    out = np.empty((m_size, n_size), dtype=lhs_t.dtype)
+    for m in range(0, m_size, 128):
+        for n in range(0, n_size, 512):
+            acc = np.zeros((128, 512), dtype=np.float32)
+            for k in range(0, k_size, 128):
+                stationary = lhs_t[k : k + 128, m : m + 128].astype(np.float32)
+                moving = rhs[k : k + 128, n : n + 512].astype(np.float32)
+                acc += stationary.T @ moving
+            out[m : m + 128, n : n + 512] = acc.astype(lhs_t.dtype)
+    return out
+
+
+def bench(
+    name: str,
+    kernel: Any,
+    inputs: list[np.ndarray],
+    reference: Callable[[], np.ndarray],
+    loop: Callable[[], np.ndarray],
+    repeat: int,
+) -> None:
     sim_s, result = median_time(lambda: nkisim.run(kernel, inputs), repeat)
     np_s, expected = median_time(reference, repeat)
+    loop_s, _ = median_time(loop, repeat)
     err = float(np.max(np.abs(result.outputs.astype(np.float64) - expected.astype(np.float64))))
     count = result.profile.instruction_count
     print(
-        f"{name:<34}{sim_s * 1e3:>10.1f}{np_s * 1e3:>10.1f}{sim_s / np_s:>8.1f}x"
-        f"{count:>8}{count / sim_s:>12,.0f}{result.profile.total_ns / 1e3:>12.1f}{err:>11.2e}"
+        f"{name:<34}{sim_s * 1e3:>10.1f}{np_s * 1e3:>10.1f}{sim_s / np_s:>8.1f}x{loop_s * 1e3:>9.1f}"
+        f"{sim_s / loop_s:>7.2f}x{count:>8}{count / sim_s:>12,.0f}{result.profile.total_ns / 1e3:>12.1f}{err:>11.2e}"
+    )
+
+
+def rates(name: str, kernel: Any, inputs: list[np.ndarray], repeat: int) -> None:
+    """Simulated instructions per second of a full run and of a shapes-only profile."""
+    shapes = [(x.shape, x.dtype) for x in inputs]
+    full_s, result = median_time(lambda: nkisim.run(kernel, inputs), repeat)
+    shape_s, profile = median_time(lambda: nkisim.profile(kernel, shapes), repeat)
+    count = result.profile.instruction_count
+    assert profile.instruction_count == count
+    print(
+        f"{name:<34}{count:>8}{full_s * 1e3:>10.1f}{count / full_s:>12,.0f}"
+        f"{shape_s * 1e3:>10.1f}{count / shape_s:>12,.0f}"
+    )
+
+
+def retained_bytes(kernel: Any, inputs: list[np.ndarray]) -> tuple[int, float]:
+    """Instructions, and bytes per instruction still allocated once a shapes-only profile is finished."""
+    shapes = [(x.shape, x.dtype) for x in inputs]
+    nkisim.profile(kernel, shapes)  # warm-up: imports, caches
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    profile = nkisim.profile(kernel, shapes)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return profile.instruction_count, (after - before) / profile.instruction_count
+
+
+def tutorial() -> None:
+    """The matmul tutorial's size, shapes only."""
+    shapes = [((8192, 4096), "bfloat16"), ((8192, 8192), "bfloat16")]
+    start = time.perf_counter()
+    profile = nkisim.profile(matmul_tiled, shapes)
+    wall = time.perf_counter() - start
+    count = profile.instruction_count
+    print(
+        f"tutorial matmul_tiled [4096, 8192] @ [8192, 8192] bf16, shapes only: {count} instructions "
+        f"in {wall:.2f} s ({count / wall:,.0f} instrs/s), simulated {profile.total_ns / 1e6:.2f} ms"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--tutorial", action="store_true", help="also profile the 4096x8192x8192 tutorial matmul")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(
-        f"{'workload':<34}{'nkisim ms':>10}{'numpy ms':>10}{'ratio':>9}{'instrs':>8}{'instrs/s':>12}"
-        f"{'sim us':>12}{'max err':>11}"
+        f"{'workload':<34}{'nkisim ms':>10}{'numpy ms':>10}{'ratio':>9}{'loop ms':>9}{'/loop':>8}{'instrs':>8}"
+        f"{'instrs/s':>12}{'sim us':>12}{'max err':>11}"
     )
     a = rng.standard_normal((4096, 4096), dtype=np.float32)
     b = rng.standard_normal((4096, 4096), dtype=np.float32)
-    bench("(a) add 4096x4096 f32, 128x512", nki_tensor_add, [a, b], lambda: a + b, args.repeat)
+    bench("(a) add 4096x4096 f32, 128x512", nki_tensor_add, [a, b], lambda: a + b, lambda: add_loop(a, b), args.repeat)
     for dtype in (np.float32, ml_dtypes.bfloat16):
         lhs_t = rng.standard_normal((1024, 1024)).astype(dtype)
         rhs = rng.standard_normal((1024, 1024)).astype(dtype)
@@ -63,8 +152,23 @@ def main() -> None:
         def reference(lhs_t: np.ndarray = lhs_t, rhs: np.ndarray = rhs) -> np.ndarray:
             return (lhs_t.astype(np.float32).T @ rhs.astype(np.float32)).astype(lhs_t.dtype)
 
+        def loop(lhs_t: np.ndarray = lhs_t, rhs: np.ndarray = rhs) -> np.ndarray:
+            return matmul_loop(lhs_t, rhs)
+
         name = f"(b) matmul 1024^3 {np.dtype(dtype).name}"
-        bench(name, matmul_tiled, [lhs_t, rhs], reference, args.repeat)
+        bench(name, matmul_tiled, [lhs_t, rhs], reference, loop, args.repeat)
+
+    print()
+    print(f"{'small tiles (128x64)':<34}{'instrs':>8}{'full ms':>10}{'instrs/s':>12}{'shapes ms':>10}{'instrs/s':>12}")
+    x = rng.standard_normal((128, 64), dtype=np.float32)
+    y = rng.standard_normal((128, 64), dtype=np.float32)
+    rows = rng.standard_normal((1024, 64), dtype=np.float32)
+    rates("(c) 2000 tensor_tensor", vector_chain, [x, y], args.repeat)
+    rates("(d) DMA/Tensor/Vector/Scalar mix", engine_mix, [rows, x], args.repeat)
+    count, per = retained_bytes(vector_chain, [x, y])
+    print(f"retained by a finished profile: {per:,.0f} B per instruction ({count} instructions, (c) shapes-only)")
+    if args.tutorial:
+        tutorial()
 
 
 if __name__ == "__main__":
