@@ -46,7 +46,7 @@ from nkisim.tpc.glue import (
     pack_params,
     unpack_word,
 )
-from nkisim.tpc.schedule import latency_matrix, member_tables, schedule_member
+from nkisim.tpc.schedule import latency_matrix, schedule_member
 from nkisim.tpc.semantics import SEMANTICS
 from nkisim.tpc.trace import SLOT_NAMES, TensorState, Trace
 from nkisim.tpc.types import BY_DTYPE
@@ -434,7 +434,7 @@ def run(
             ) from exc
         ctx.check_local_budget()
     trace.flush()
-    uops, first_uop = trace.micro_ops()
+    per_member, mem_accesses, first_uop = trace.micro_ops(member_entries)
     member_entries.append(len(trace.seq))
     member_uops = [(int(first_uop[a]), int(first_uop[b])) for a, b in itertools.pairwise(member_entries)]
     lo = np.array([b[0] for b in boxes], dtype=np.int64)
@@ -449,12 +449,22 @@ def run(
     written = foot.check_races()
     foot.check_coverage([i for i, r in enumerate(roles) if r == "output"], written)
     return _timed(
-        uops, plan, cfg, tpcs, boxes, tpc_of, member_uops, foot, outs, arrays[len(ins) + len(outs) :], memory_stalls
+        (per_member, mem_accesses),
+        plan,
+        cfg,
+        tpcs,
+        boxes,
+        tpc_of,
+        member_uops,
+        foot,
+        outs,
+        arrays[len(ins) + len(outs) :],
+        memory_stalls,
     )
 
 
 def _timed(
-    uops: np.ndarray,
+    members: tuple[list[tuple[np.ndarray, ...]], list[int]],
     plan: _Plan,
     cfg: TpcConfig,
     tpcs: int,
@@ -466,7 +476,10 @@ def _timed(
     aux: list[np.ndarray],
     memory_stalls: bool,
 ) -> TpcResult:
-    """Schedule every member, put the TPCs on the execution core's timeline, and collect the counters."""
+    """Schedule every member, put the TPCs on the execution core's timeline, and collect the counters.
+
+    ``members``: each member's scheduler columns and its HBM accesses (:meth:`Trace.micro_ops`).
+    """
     lat = latency_matrix(cfg.latency)
     active = len(set(tpc_of))
     transfer = cfg.vector_bytes / cfg.hbm_bytes_per_cycle(active) if memory_stalls else 0.0
@@ -476,7 +489,7 @@ def _timed(
     slot_busy = np.zeros(4, dtype=np.int64)
     issues: list[np.ndarray] = []
     slots: list[np.ndarray] = []
-    per_member, mem_accesses = member_tables(uops, member_uops)
+    per_member, mem_accesses = members
     for m, (first, last) in enumerate(member_uops):
         if last == first:
             cycles = 0
@@ -521,7 +534,7 @@ def _timed(
         cycles_per_tpc=per_tpc,
         member_cycles=member_cycles,
         members=[(tpc_of[m], b[0], b[1]) for m, b in enumerate(boxes)],
-        instructions=int(uops.shape[0]),
+        instructions=member_uops[-1][1] if member_uops else 0,
         instructions_per_tpc=instrs,
         slot_utilisation={SLOT_NAMES[s]: float(slot_busy[s]) / total for s in range(4)},
         vector_loads=foot.counts(False),

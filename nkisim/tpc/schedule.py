@@ -211,52 +211,12 @@ def table_arrays(table: np.ndarray, first: Any) -> tuple[np.ndarray, ...]:
     return table[:, 0].copy(), table[:, 1].copy(), srcs, kinds, table[:, 10].copy(), table[:, 11].copy(), nsrc
 
 
-@numba.njit(cache=True)
-def _member_columns(
-    table: np.ndarray, starts: np.ndarray, ends: np.ndarray
-) -> tuple[np.ndarray, ...]:  # pragma: no cover
-    """:func:`table_arrays` of each member's rows ``starts[m]..ends[m]`` in one pass, and its HBM accesses."""
-    n = table.shape[0]
-    slot = np.empty(n, dtype=np.int64)
-    cls = np.empty(n, dtype=np.int64)
-    srcs = np.empty((n, 4), dtype=np.int64)
-    kinds = np.empty((n, 4), dtype=np.int64)
-    mem = np.empty(n, dtype=np.int64)
-    tensor = np.empty(n, dtype=np.int64)
-    nsrc = np.empty(n, dtype=np.int64)
-    n_mem = np.zeros(starts.shape[0], dtype=np.int64)
-    for m in range(starts.shape[0]):
-        first = starts[m]
-        for r in range(first, ends[m]):
-            slot[r] = table[r, 0]
-            cls[r] = table[r, 1]
-            k = 0
-            for q in range(4):
-                s = table[r, 2 + q]
-                if s >= 0:
-                    k += 1
-                if s - first < 0:
-                    srcs[r, q] = -1
-                    kinds[r, q] = 0
-                else:
-                    srcs[r, q] = s - first
-                    kinds[r, q] = table[r, 6 + q]
-            nsrc[r] = k
-            mem[r] = table[r, 10]
-            tensor[r] = table[r, 11]
-            if mem[r] == M_GLD or mem[r] == M_GST:
-                n_mem[m] += 1
-    return slot, cls, srcs, kinds, mem, tensor, nsrc, n_mem
-
-
-def member_tables(table: np.ndarray, bounds: list[tuple[int, int]]) -> tuple[list[tuple[np.ndarray, ...]], list[int]]:
-    """:func:`split_members`, and each member's number of HBM accesses (vector loads and stores)."""
-    starts = np.array([a for a, _ in bounds], dtype=np.int64)
-    ends = np.array([b for _, b in bounds], dtype=np.int64)
-    *columns, n_mem = _member_columns(table, starts, ends)
-    return [tuple(c[a:b] for c in columns) for a, b in bounds], n_mem.tolist()
-
-
 def split_members(table: np.ndarray, bounds: list[tuple[int, int]]) -> list[tuple[np.ndarray, ...]]:
     """:func:`table_arrays` of every member at once: ``bounds`` are each member's ``(first, last)`` rows."""
-    return member_tables(table, bounds)[0]
+    sizes = np.array([b - a for a, b in bounds], dtype=np.int64)
+    firsts = np.array([a for a, _ in bounds], dtype=np.int64)
+    columns = table_arrays(table, np.repeat(firsts, sizes)[:, None]) if len(table) else None
+    out = []
+    for a, b in bounds:
+        out.append(tuple(c[a:b] for c in columns) if columns is not None else ())
+    return out

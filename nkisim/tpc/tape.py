@@ -24,6 +24,8 @@ import numpy as np
 MAX_OPERANDS = 8
 #: A micro-op source that is the micro-op before it in the same entry (a macro's chain).
 PREV = -2
+#: Memory kinds of micro-ops: none, tensor load and store, VLM load and store, LOOKUP.
+M_NONE, M_GLD, M_GST, M_LLD, M_LST, M_LOOKUP = range(6)
 
 #: Operand layouts. ``L_ROWS``: operands in a per-opcode row tuple (:meth:`Trace.entry`). The others
 #: are column layouts: two vector handles (``L_VV``), a vector handle and a float scalar (``L_VS``),
@@ -277,43 +279,71 @@ def expand(
     counts: np.ndarray,
     rows: np.ndarray,
     alias: np.ndarray,
-    entry_uop: np.ndarray,
-    out: np.ndarray,
-) -> int:
-    """Write every entry's micro-ops ``(slot, class, 4 sources, 4 kinds, memory, tensor)`` into ``out``.
+    members: np.ndarray,
+    total: int,
+) -> tuple[np.ndarray, ...]:  # pragma: no cover
+    """Every entry's micro-ops, as the scheduler's columns, member by member.
 
-    Sources are absolute micro-op numbers (-1: none). ``entry_uop[n]`` becomes the micro-op that
-    makes entry ``n``'s value. Returns the number of micro-ops.
+    ``members`` holds each member's first entry and, last, the number of entries. Returns
+    ``(slot, class, sources (n, 4), kinds (n, 4), memory, tensor, source count, HBM accesses per
+    member)`` for the ``total`` micro-ops: sources are numbered from the member's first micro-op
+    (-1: none, or a value made by another member, ready at the start); the source count counts
+    those too. Alias entries (bit casts) make no micro-op: their value is their operand's.
     """
+    slot = np.empty(total, dtype=np.int64)
+    cls = np.empty(total, dtype=np.int64)
+    srcs = np.empty((total, 4), dtype=np.int64)
+    kinds = np.empty((total, 4), dtype=np.int64)
+    mem = np.empty(total, dtype=np.int64)
+    tensor = np.empty(total, dtype=np.int64)
+    nsrc = np.empty(total, dtype=np.int64)
+    n_members = members.shape[0] - 1
+    n_mem = np.zeros(n_members, dtype=np.int64)
+    entry_uop = np.full(ops.shape[0], -1, dtype=np.int64)
     u = 0
+    m = -1
+    first = 0
     for n in range(ops.shape[0]):
+        while m + 1 < n_members and n >= members[m + 1]:
+            m += 1
+            first = u
         op = ops[n]
         if alias[op]:
             s = src[n, 0]
             entry_uop[n] = entry_uop[s] if s >= 0 else -1
             continue
         for r in range(starts[op], starts[op] + counts[op]):
-            out[u, 0] = rows[r, 0]
-            out[u, 1] = rows[r, 1]
+            slot[u] = rows[r, 0]
+            cls[u] = rows[r, 1]
             j = 0
+            k = 0
             for q in range(4):
                 p = rows[r, 4 + q]
                 if p == -1:
                     continue
-                s = u - 1 if p == PREV else (entry_uop[src[n, p]] if src[n, p] >= 0 else -1)
                 if p != PREV and src[n, p] < 0:
                     continue  # a scalar operand: not a source
-                out[u, 2 + j] = s
-                out[u, 6 + j] = rows[r, 8 + q]
+                s = u - 1 if p == PREV else entry_uop[src[n, p]]
+                if s >= 0:
+                    k += 1
+                if s - first >= 0:
+                    srcs[u, j] = s - first
+                    kinds[u, j] = rows[r, 8 + q]
+                else:
+                    srcs[u, j] = -1
+                    kinds[u, j] = 0
                 j += 1
             for q in range(j, 4):
-                out[u, 2 + q] = -1
-                out[u, 6 + q] = 0
-            out[u, 10] = rows[r, 2]
-            out[u, 11] = rows[r, 3]
+                srcs[u, q] = -1
+                kinds[u, q] = 0
+            nsrc[u] = k
+            mem[u] = rows[r, 2]
+            tensor[u] = rows[r, 3]
+            if m >= 0 and (mem[u] == M_GLD or mem[u] == M_GST):
+                n_mem[m] += 1
             u += 1
         entry_uop[n] = u - 1 if counts[op] else -1
-    return u
+    return slot, cls, srcs, kinds, mem, tensor, nsrc, n_mem
 
 
 @numba.njit(cache=True)

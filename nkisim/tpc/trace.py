@@ -24,12 +24,18 @@ from typing import Any
 import numpy as np
 
 from nkisim.errors import SourceLoc
-from nkisim.tpc.tape import (
+from nkisim.tpc.tape import (  # noqa: F401 (M_*: the memory kinds, used from here)
     L_LD,
     L_ST,
     L_V,
     L_VS,
     L_VV,
+    M_GLD,
+    M_GST,
+    M_LLD,
+    M_LOOKUP,
+    M_LST,
+    M_NONE,
     MAX_OPERANDS,
     OPS,
     Op,
@@ -58,7 +64,6 @@ LOAD, SPU, VPU, STORE = 0, 1, 2, 3
 SLOT_NAMES = ("load", "spu", "vpu", "store")
 C_LD, C_VPU, C_FMA, C_CMP, C_SHUF, C_MDG, C_LOOKUP, C_NONE = range(8)
 K_SRC, K_ACC, K_PRED, K_STV = range(4)
-M_NONE, M_GLD, M_GST, M_LLD, M_LST, M_LOOKUP = range(6)
 
 
 @dataclass
@@ -399,17 +404,23 @@ class Trace:
         member = np.searchsorted(np.asarray(member_starts, dtype=np.int64), n, side="right") - 1
         return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, self.codes, self.lastis)
 
-    def micro_ops(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every micro-op ``(n, 12)`` (see :func:`nkisim.tpc.tape.expand`) and each entry's first micro-op."""
+    def micro_ops(self, members: list[int]) -> tuple[list[tuple[np.ndarray, ...]], list[int], np.ndarray]:
+        """Each member's scheduler columns and HBM accesses (:func:`~nkisim.tpc.tape.expand`); entries' first micro-op.
+
+        ``members`` are the members' first entries.
+        """
         end = len(self.seq)
         tab = tables()
         ops = self._ops[:end]
         per_entry = np.where(tab.alias[ops], 0, tab.count[ops])
         first = np.concatenate(([0], np.cumsum(per_entry)))
-        out = np.zeros((int(first[-1]), 12), dtype=np.int64)
-        entry_uop = np.full(end, -1, dtype=np.int64)
-        expand(ops, self._src[:end], tab.start, tab.count, tab.rows, tab.alias, entry_uop, out)
-        return out, first
+        bounds = np.array([*members, end], dtype=np.int64)
+        *columns, n_mem = expand(
+            ops, self._src[:end], tab.start, tab.count, tab.rows, tab.alias, bounds, int(first[-1])
+        )
+        cuts = first[bounds].tolist()
+        per_member = [tuple(c[a:b] for c in columns) for a, b in itertools.pairwise(cuts)]
+        return per_member, n_mem.tolist(), first
 
 
 @dataclass
