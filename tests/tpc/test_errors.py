@@ -172,3 +172,24 @@ class FailingGlue(tpc.Glue):
 def test_glue_error_code() -> None:
     with pytest.raises(tpc.TpcGlueError, match="GetGcDefinitions returned GLUE_INCOMPATIBLE_DATA_TYPE"):
         tpc.run(FailingGlue(), [np.ones(64, dtype=np.float32)])
+
+
+@tpc.kernel
+def list_coords_off(ctx: Any, x: tpc.tensor, out: tpc.tensor) -> None:
+    s = ctx.get_index_space_offset()
+    fast = ctx.int5()
+    fast[0] = s[0] * 64
+    ctx.v_f32_st_tnsr(fast, out, ctx.v_f32_ld_tnsr_b(fast, x))  # fast path first
+    for d in range(int(s[0]) * 64, int(s[0]) * 64 + 64, 64):
+        ctx.v_f32_st_tnsr([d, 0], out, ctx.v_f32_ld_tnsr_b([d + 1, 0], x))  # list coords
+
+
+def test_error_line_of_an_access_recorded_by_the_full_method() -> None:
+    """Accesses the recording closures hand to the full method (list coordinates) still name their line."""
+    x = np.ones(4 * 64, dtype=np.float32)
+    with pytest.raises(tpc.TpcAccessPatternError) as info:
+        tpc.run(list_coords_off, [x], device="gaudi")
+    message = str(info.value)
+    assert message.startswith(f"{line('# list coords')}: tpc list_coords_off")
+    assert "[TPC 0, member 0, gaudi]:" in message
+    assert "reads tensor 0 dim 0 elements 1..64" in message

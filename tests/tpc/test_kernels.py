@@ -172,3 +172,28 @@ def test_vectors_are_immutable_and_opaque() -> None:
         ctx.v_f32_st_tnsr(c, out, v)
 
     tpc.run(_wrap(k, 2), [np.ones(64, dtype=np.float32)], index_space=[1])
+
+
+@tpc.kernel
+def mixed_calls(ctx: Any, x: tpc.tensor, out: tpc.tensor) -> None:
+    """The same computation through the recording closures and through the full methods."""
+    s = ctx.get_index_space_offset()
+    e = s + ctx.get_index_space_size()
+    c = ctx.int5()
+    full = tpc.TpcContext
+    for d in range(int(s[0]) * 64, int(e[0]) * 64, 64):
+        c[0] = d
+        a = ctx.v_f32_ld_tnsr_b(c, x)
+        b = full.v_f32_ld_tnsr_b(ctx, [d, 0, 0, 0, 0], x)
+        y = ctx.v_f32_add_b(ctx.v_f32_mul_b(a, 2), full.v_f32_mul_b(ctx, b, np.float32(0.5)))
+        y = ctx.v_f32_sub_b(y, full.v_f32_add_b(ctx, a, 1.0), predicate=True, polarity=False)
+        ctx.v_f32_st_tnsr(c, out, y)
+
+
+def test_closures_and_full_methods_agree() -> None:
+    x = np.random.default_rng(5).standard_normal(4 * 64).astype(np.float32)
+    r = tpc.run(mixed_calls, [x], device="gaudi")
+    want = (x * np.float32(2) + x * np.float32(0.5)) - (x + np.float32(1))
+    assert np.array_equal(r.outputs[0], want)
+    ctx_type = tpc.TpcContext
+    assert ctx_type.v_f32_add_b.__name__ == "v_f32_add_b"  # the class attribute is the full method
