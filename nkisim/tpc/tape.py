@@ -1,4 +1,4 @@
-"""Opcodes of the trace tape, and the compiled passes over it (dataflow depth, micro-op expansion).
+"""Opcodes of the trace tape, and the compiled passes over it (decoding, grouping, loads, stores, expansion).
 
 An intrinsic call appends one *entry* to the tape: an opcode (an int) and its operands. The opcode
 stands for everything that is the same from call to call of one intrinsic with one operand pattern:
