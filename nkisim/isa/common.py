@@ -67,15 +67,18 @@ def apply_alu(op: Op, x: np.ndarray, y: np.ndarray | np.float32, reverse: bool) 
 def check_common(ops: Operands, chk: Check) -> None:
     """Rules that hold for every instruction: partition limits and which memories an engine reaches."""
     partitions = chk.hw.sbuf.partitions
+    engine = chk.engine
+    # DMA queues and the sequencer (register_load/register_store) reach HBM themselves.
+    reaches_hbm = engine is Engine.dma or engine is Engine.sync
     for fname, t in _tensors(ops):
         if t.defect is not None:
             chk.fail(BoundsError, fname, f"cannot be used: {t.defect.rule} (the view made at {t.defect.loc})")
-        if t.buffer.is_on_chip and t.partitions > partitions:
+        on_chip = t.buffer.is_on_chip
+        if on_chip and t.partitions > partitions:
             chk.fail(ShapeError, fname, f"partition dim {t.partitions} exceeds {partitions}")
-        # DMA queues and the sequencer (register_load/register_store) reach HBM themselves.
-        if chk.engine is not Engine.dma and chk.engine is not Engine.sync and not t.buffer.is_on_chip:
+        if not on_chip and not reaches_hbm:
             chk.fail(MemoryKindError, fname, f"must be in SBUF or PSUM, not {t.buffer.value} ({t.name})")
-        if chk.engine is Engine.gpsimd and t.buffer is Buffer.psum:
+        if engine is Engine.gpsimd and t.buffer is Buffer.psum:
             chk.fail(MemoryKindError, fname, f"is in PSUM, which the GpSimd Engine cannot access ({t.name})")
 
 

@@ -35,7 +35,7 @@ class Buffer(StrEnum):
 
     @property
     def is_on_chip(self) -> bool:
-        return self in (Buffer.sbuf, Buffer.psum)
+        return self is Buffer.sbuf or self is Buffer.psum
 
     @property
     def is_hbm(self) -> bool:

@@ -53,6 +53,27 @@ def _latest(
 
 
 @numba.njit(cache=True, nogil=True)
+def _latest_for_write(
+    write_end: np.ndarray,
+    writer: np.ndarray,
+    read_end: np.ndarray,
+    reader: np.ndarray,
+    r0: int,
+    r1: int,
+    c0: int,
+    c1: int,
+    tracks: np.ndarray,
+    track: int,
+    sync_ns: float,
+    best: float,
+    who: int,
+):
+    """:func:`_latest` over the last writers, then over the readers, of the cells (one call for WAW and WAR)."""
+    best, who = _latest(write_end, writer, r0, r1, c0, c1, tracks, track, sync_ns, best, who)
+    return _latest(read_end, reader, r0, r1, c0, c1, tracks, track, sync_ns, best, who)
+
+
+@numba.njit(cache=True, nogil=True)
 def _record_read(ends: np.ndarray, ids: np.ndarray, r0: int, r1: int, c0: int, c1: int, end: float, index: int) -> None:
     for r in range(r0, r1):
         for c in range(c0, c1):
@@ -110,18 +131,26 @@ class AccessTracker:
 
     def ready(self, reads: list[Region], writes: list[Region], track: int) -> tuple[float, int]:
         """The earliest start on ``track`` allowed by data dependencies, and the instruction that sets it."""
+        return self.ready_both(reads, writes, track)[1]
+
+    def ready_both(
+        self, reads: list[Region], writes: list[Region], track: int
+    ) -> tuple[tuple[float, int], tuple[float, int]]:
+        """:meth:`ready` for the reads alone (RAW), and for the reads and writes (as :meth:`ready`), in one pass."""
         best, producer = 0.0, -1
         tracks, sync = self._tracks, self.sync_ns
         for region in reads:
             grid = self._grid(region.storage)
             cells = grid.cells(region)
             best, producer = _latest(grid.write_end, grid.writer, *cells, tracks, track, sync, best, producer)
+        after_reads = (best, producer)
         for region in writes:
             grid = self._grid(region.storage)
             cells = grid.cells(region)
-            best, producer = _latest(grid.write_end, grid.writer, *cells, tracks, track, sync, best, producer)
-            best, producer = _latest(grid.read_end, grid.reader, *cells, tracks, track, sync, best, producer)
-        return best, producer
+            best, producer = _latest_for_write(
+                grid.write_end, grid.writer, grid.read_end, grid.reader, *cells, tracks, track, sync, best, producer
+            )
+        return after_reads, (best, producer)
 
     def commit(
         self,

@@ -296,9 +296,11 @@ class Machine:
 def _summary(ops: Any) -> tuple[tuple[str, object], ...]:
     """The operands for the profile: tensors as (buffer, dtype, shape), other values as they are."""
     return tuple(
-        (key, (value.buffer.value, value.dtype, value.shape) if isinstance(value, Tensor) else value)
-        for key, value in ops.__dict__.items()
-        if value is not None and key != "name" and not isinstance(value, (list, tuple))
+        [
+            (key, (value.buffer.value, value.dtype, value.shape) if isinstance(value, Tensor) else value)
+            for key, value in ops.__dict__.items()
+            if value is not None and key != "name" and not isinstance(value, (list, tuple))
+        ]
     )
 
 

@@ -112,6 +112,8 @@ class Scheduler:
         self._table: str | None = None
         self._port_free = {port.name: 0.0 for port in hw.ports}
         self._ports = {e: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
+        #: :meth:`_static_ns` by (engine, field): constants of ``hw``, worked out once per run.
+        self._static: dict[tuple[Engine, str], float] = {}
 
     def _track(self, engine: Engine, unit: int | None) -> tuple[str, int]:
         """The track an instruction runs on, and its DMA queue (-1 for a compute engine).
@@ -152,7 +154,7 @@ class Scheduler:
         tl = self.timeline
         track, queue = self._track(engine, unit)
         track_id = self._track_ids.setdefault(track, len(self._track_ids))
-        ready, producer = self.tracker.ready(reads, writes, track_id)
+        (_, read_producer), (ready, producer) = self.tracker.ready_both(reads, writes, track_id)
         previous = self._last_on_track.get(track, -1)
         if not_before > ready:
             ready, producer = not_before, -1
@@ -161,7 +163,7 @@ class Scheduler:
             start, end = self._place_dma(queue, max(ready, free), cost)
             busy = cost.busy_ns
         else:
-            if producer >= 0 and producer == previous and self.tracker.ready(reads, [], track_id)[1] == previous:
+            if producer >= 0 and producer == previous and read_producer == previous:
                 # reading the result of the instruction just before on this engine
                 ready += self._static_ns(engine, "dependent_overhead_cycles")
             free = self._engine_free.get(track, 0.0)
@@ -188,9 +190,16 @@ class Scheduler:
 
     def _static_ns(self, engine: Engine, cycles_field: str) -> float:
         """A per-engine static cost in ns (the Tensor Engine has none of these)."""
-        if engine is Engine.tensor:
-            return 0.0
-        return getattr(self.hw.engine(engine), cycles_field) / self.hw.clock_ghz(engine)
+        key = (engine, cycles_field)
+        ns = self._static.get(key)
+        if ns is None:
+            ns = (
+                0.0
+                if engine is Engine.tensor
+                else getattr(self.hw.engine(engine), cycles_field) / self.hw.clock_ghz(engine)
+            )
+            self._static[key] = ns
+        return ns
 
     def _place_compute(
         self, engine: Engine, track: str, ready: float, free: float, cost: Cost, regions: list[Region]
