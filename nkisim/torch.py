@@ -110,18 +110,19 @@ def _numpy_dtype(dtype: torch.dtype, where: str) -> np.dtype:
 def to_numpy(tensor: torch.Tensor, where: str = "input") -> np.ndarray:
     """A CPU tensor's values as a numpy array of the matching NKI dtype (bf16 and fp8 via ml_dtypes).
 
-    The array shares the tensor's memory. ``where`` leads the error message (e.g. the operator
-    and argument).
+    The array shares the tensor's memory, except for a non-contiguous tensor (a transpose such
+    as ``lhs.T``, a strided slice), whose values are copied into a contiguous one first, as a
+    device would need them. ``where`` leads the error message (e.g. the operator and argument).
 
     Raises:
-        OperatorError: the tensor is not on the CPU, not contiguous, or of a dtype NKI lacks.
+        OperatorError: the tensor is not on the CPU, or of a dtype NKI lacks.
     """
     if tensor.device.type != "cpu":
         raise OperatorError(
             f"{where}: tensor is on {tensor.device}; simulated kernels take CPU tensors", loc=caller_location()
         )
     if not tensor.is_contiguous():
-        raise OperatorError(f"{where}: tensor is not contiguous; call .contiguous() first", loc=caller_location())
+        tensor = tensor.contiguous()
     np_dtype = _numpy_dtype(tensor.dtype, where)
     bits = _DTYPES[tensor.dtype][1]
     plain = tensor.detach().resolve_conj().resolve_neg()
