@@ -9,6 +9,7 @@ JAX arrays does the same.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -24,21 +25,43 @@ from nkisim.frontend.validate import check_kernel, check_target
 __all__ = ["call", "from_numpy", "to_numpy", "write_back"]
 
 
-def call(kernel: Kernel, *arrays: Any, target: str | None = None) -> Any:
-    """Run ``kernel`` on JAX arrays (or tracers) and return JAX arrays of its outputs."""
+def call(kernel: Kernel, *arrays: Any, target: str | None = None, **static: Any) -> Any:
+    """Run ``kernel`` on JAX arrays (or tracers) and return JAX arrays of its outputs.
+
+    ``static`` keyword arguments (tile sizes, flags: ``pool_size=2``) reach the kernel as
+    Python values, fixed when JAX traces the call; only ``arrays`` are traced.
+    """
     check_kernel("nkisim.jax.call", kernel)
     check_target("nkisim.jax.call", target)
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
+    inputs = _binder(kernel, static)
     specs = [ArraySpec(tuple(a.shape), np.dtype(a.dtype)) if hasattr(a, "shape") else a for a in arrays]
-    outputs = output_specs(kernel, specs, target=target)
+    outputs = output_specs(kernel, inputs(specs), target=target)
     result_shapes = _shape_structs(outputs)
 
     def host(*values: Any) -> Any:
         host_args = [np.asarray(v) if hasattr(v, "shape") else v for v in values]
-        return run(kernel, host_args, target=target).outputs
+        return run(kernel, inputs(host_args), target=target).outputs
 
     return jax.pure_callback(host, result_shapes, *arrays, vmap_method="sequential")
+
+
+def _binder(kernel: Kernel, static: dict[str, Any]) -> Any:
+    """How the traced values and the static keyword arguments become the kernel's inputs."""
+    if not static:
+        return lambda values: list(values)
+    signature = inspect.signature(kernel.func)
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values()):
+        raise TypeError("nkisim.jax.call: static keyword arguments need a kernel without *args")
+
+    def bind(values: list[Any]) -> dict[str, Any]:
+        try:
+            return dict(signature.bind(*values, **static).arguments)
+        except TypeError as exc:
+            raise TypeError(f"nkisim.jax.call: {exc} (kernel {kernel.func.__name__})") from None
+
+    return bind
 
 
 def _shape_structs(outputs: Any) -> Any:

@@ -77,3 +77,27 @@ def test_illegal_kernel_fails_at_trace_time_naming_its_line() -> None:
     x = jnp.ones((4, 8), jnp.float32)
     with pytest.raises(nkisim.ShapeError, match=rf"test_jax.py:{_BAD_LINE}: nisa.dma_copy .*dst has 64 elements"):
         jax.jit(lambda t: nj.call(_mismatched_copy, t))(x)
+
+
+@nki.jit
+def _scaled_rows(x, factor=1.0, rows=128):
+    """Multiplies the first ``rows`` rows by ``factor`` (both static Python values)."""
+    out = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[0:rows])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=factor)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_static_keyword_arguments_reach_the_kernel_as_python_values() -> None:
+    x = jnp.asarray(np.arange(128 * 8, dtype=np.float32).reshape(128, 8))
+
+    @jax.jit
+    def model(a):
+        return nj.call(_scaled_rows, a, factor=3.0, rows=64)
+
+    got = np.asarray(model(x))
+    np.testing.assert_array_equal(got, np.asarray(x)[:64] * np.float32(3.0))
+    with pytest.raises(TypeError, match=r"nkisim\.jax\.call: got an unexpected keyword argument 'pool_size'"):
+        nj.call(_scaled_rows, x, pool_size=2)
