@@ -10,8 +10,10 @@ It runs ``pytest test/integration --test-mode simulation -m fast`` (everything w
 ``--platform-target``, prints pass/fail/error/skip counts per kernel family and the
 wall time, keeps the per-test outcomes in ``benchmarks/nkilib_results/<target>.json``
 and rewrites ``docs/nkilib-conformance.md`` from every target recorded there. The
-suite needs pytest-xdist, pytest-html, fabric2, plotext, aws-embedded-metrics and
-allpairspy importable (``pip install`` them); nothing of the suite is installed.
+suite needs pytest-xdist, pytest-html, fabric2, plotext, aws-embedded-metrics, allpairspy
+and boto3 importable (and pytest-timeout with ``--timeout``); when one is missing the script
+prints the ``pip install`` line to run. Nothing of the suite is installed. ``--no-doc``
+prints the summary without rewriting the document.
 
 The triage of failures is :data:`TRIAGE`: a pattern on the test id or message and a
 verdict. Failures no entry matches are listed as untriaged with their message.
@@ -34,9 +36,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "nkilib_results"
 DOC = ROOT / "docs" / "nkilib-conformance.md"
-#: The families the issue asked for, cheapest first.
+#: A representative set of families, cheapest first.
 DEFAULT_FAMILIES = "cumsum,embeddings,core/utils,max,conv,topk,router_topk,attention,mlp,core/moe"
-SUITE_DEPS = ("xdist", "pytest_html", "fabric2", "plotext", "aws_embedded_metrics", "allpairspy")
+#: What the suite's conftest and harness import: (module, pip package).
+SUITE_DEPS = (
+    ("xdist", "pytest-xdist"),
+    ("pytest_html", "pytest-html"),
+    ("fabric2", "fabric2"),
+    ("plotext", "plotext"),
+    ("aws_embedded_metrics", "aws-embedded-metrics"),
+    ("allpairspy", "allpairspy"),
+    ("boto3", "boto3"),
+)
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
 #: (pattern on "test id: message", verdict, why). Verdicts: "nkisim" (nkisim is wrong: fixed or to fix),
@@ -166,12 +177,10 @@ def run_suite(
     checkout: Path, target: str, workers: int, everything: bool, families: list[str], timeout: int = 0
 ) -> dict:
     """Run the suite for one target; returns the recorded result."""
-    missing = [m for m in SUITE_DEPS if importlib.util.find_spec(m) is None]
+    needed = [*SUITE_DEPS, ("pytest_timeout", "pytest-timeout")] if timeout else list(SUITE_DEPS)
+    missing = [package for module, package in needed if importlib.util.find_spec(module) is None]
     if missing:
-        sys.exit(
-            f"the suite needs {', '.join(missing)}: pip install pytest-xdist pytest-html fabric2 plotext "
-            "aws-embedded-metrics allpairspy"
-        )
+        sys.exit(f"the suite needs packages that are not installed; run:\n    pip install {' '.join(missing)}")
     base = checkout / "test" / "integration" / "nkilib"
     paths = (
         [str(p) for f in families for p in base.glob(f if "/" in f else f"*/{f}")]
@@ -348,10 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--families",
         default="",
-        help=f"comma-separated family directories, e.g. {DEFAULT_FAMILIES!r} (the issue's); default: every family",
+        help=f"comma-separated family directories, e.g. {DEFAULT_FAMILIES!r} ; default: every family",
     )
     parser.add_argument("--timeout", type=int, default=0, help="seconds per test (needs pytest-timeout); 0: none")
     parser.add_argument("--doc-only", action="store_true", help="rewrite the document from recorded results")
+    parser.add_argument("--no-doc", action="store_true", help="print the summary only; leave the document as it is")
     args = parser.parse_args(argv)
     if not args.doc_only:
         if args.checkout is None or not (args.checkout / "test" / "integration").is_dir():
@@ -359,8 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         families = [f for f in args.families.split(",") if f]
         for target in args.target.split(","):
             print_summary(run_suite(args.checkout.resolve(), target, args.n, args.all, families, args.timeout))
-    write_doc()
-    print(f"\nwrote {DOC.relative_to(ROOT)}")
+    if not args.no_doc:
+        write_doc()
+        print(f"\nwrote {DOC.relative_to(ROOT)}")
     return 0
 
 
