@@ -207,9 +207,7 @@ class Profile:
                 f"  {cost.source:<28}{cost.instructions:>8}{cost.busy_ns / 1000:>11.3f}{cost.wait_ns / 1000:>10.3f}"
                 f"{100 * cost.critical_ns / total:>11.1f}%  {engines}"
             )
-        if self.diagnostics:
-            out += ["", self.diagnostics_text()]
-        return "\n".join(out)
+        return "\n".join(out)  # the summary at the top lists the sanitizer's findings
 
     def diagnostics_text(self) -> str:
         """The sanitizer's findings, one line each (empty when there are none)."""

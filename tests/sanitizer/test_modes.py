@@ -219,3 +219,9 @@ def test_the_cli_runs_a_kernel_under_strict_and_prints_one_line(tmp_path: Path):
         [*cmd, "--check", "off", "--affine-order", "reversed"], capture_output=True, text=True, timeout=120
     )
     assert quiet.returncode == 0, quiet.stderr
+
+
+def test_the_report_table_lists_each_finding_once():
+    with pytest.warns(CheckWarning):
+        profile = nkisim.run(misuse.int8_saturates, [rows(1)], check="warn").profile
+    assert profile.table().count("[saturation]") == 1
