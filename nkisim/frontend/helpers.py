@@ -43,9 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import OperandError, ShapeError
+from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.frontend.lowering import (
     FP32,
+    MATH_HELPERS,
     MUL,
     UINT8,
     HelperCall,
@@ -59,7 +60,9 @@ from nkisim.frontend.lowering import (
 from nkisim.frontend.reductions import mean, reduction, rms_norm, softmax, var
 from nkisim.isa.ops import OPS, Op
 from nkisim.memory import Buffer, Tensor
-from nkisim.memory.dtypes import is_tfloat32
+from nkisim.memory.dtypes import NKI_DTYPES, is_tfloat32
+
+UINT32 = NKI_DTYPES["uint32"]
 
 
 def _binary_helper(op: Op) -> Callable[..., Tensor]:
@@ -257,6 +260,102 @@ def where(condition: Any, x: Any, y: Any, dtype: Any = None) -> Tensor:
     return dst
 
 
+# -- gathers, random values and transposed loads (NKI 0.3+) ----------------------------
+
+
+def _cast(call: HelperCall, t: Tensor, dtype: Any) -> Tensor:
+    """``t``, or a tensor_copy of it cast to ``dtype`` when that differs."""
+    out = call.dtype(dtype, t.dtype)
+    if out == t.dtype and is_tfloat32(out) == is_tfloat32(t.dtype):
+        return t
+    cast = call.tile(t.shape, out)
+    call.emit("tensor_copy", dst=cast, src=t)
+    return cast
+
+
+def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None) -> Tensor:
+    """``result[p].flat[j] = data[p].flat[indices[p].flat[j]]`` in each partition (nc_n_gather).
+
+    The free dims of ``data`` are flattened; ``axis`` must be 0, the only value the
+    documentation shows. Indices that are not uint32 are first converted (tensor_copy).
+    """
+    call = HelperCall("gather_flattened")
+    data, idx = call.on_chip("data", data), call.on_chip("indices", indices)
+    if isinstance(axis, bool) or axis != 0:
+        raise call.error(OperandError, f"axis {axis!r} is not supported; the free dims are gathered flattened (axis=0)")
+    if idx.dtype.kind not in "iu":
+        raise call.error(DtypeError, f"indices dtype {idx.dtype} must be an integer type")
+    data, idx = to_sbuf(call, data), to_sbuf(call, idx)
+    if idx.dtype != UINT32:
+        converted = call.tile(idx.shape, UINT32)
+        call.emit("tensor_copy", dst=converted, src=idx)
+        idx = converted
+    dst = call.tile(idx.shape, data.dtype)
+    call.emit("nc_n_gather", dst=dst, data=data, indices=idx)
+    return _cast(call, dst, dtype)
+
+
+def dropout(x: Any, rate: Any, dtype: Any = None) -> Tensor:
+    """``x`` with each element zeroed with probability ``rate`` (a scalar or a (P, 1) tile) (dropout).
+
+    As the instruction: kept elements are not rescaled.
+    """
+    call = HelperCall("dropout")
+    x = call.on_chip("x", x)
+    prob: Any = scalar_value(rate) if is_scalar(rate) else call.on_chip("rate", rate)
+    dst = call.tile(x.shape, x.dtype)
+    call.emit("dropout", dst=dst, data=x, prob=prob)
+    return _cast(call, dst, dtype)
+
+
+def random_seed(seed: Any) -> None:
+    """Seed the Vector Engine's generator from a [1, 1] 32-bit tile (set_rng_seed), for ``nl.rand``/``nl.dropout``."""
+    call = HelperCall("random_seed")
+    call.emit("set_rng_seed", src_seeds=call.on_chip("seed", seed))
+
+
+def rand(shape: Any, dtype: Any, buffer: Any = Buffer.sbuf, name: str = "") -> Tensor:
+    """A new tensor of uniform random values in [0, 1), from the Vector Engine's generator.
+
+    With the ``vector_rand2`` capability one rand2 instruction; without it, rng into
+    uint32, then tensor_scalar keeps the top 24 bits and scales them by 2**-24.
+    A tensor in HBM is filled from an SBUF tile by dma_copy.
+    """
+    call = HelperCall("rand")
+    out = call.dtype(dtype, FP32)
+    try:
+        where = Buffer(buffer)
+    except ValueError:
+        raise call.error(OperandError, f"unknown buffer {buffer!r}") from None
+    dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    staged = call.tile(dims, out, where if where.is_on_chip else Buffer.sbuf, name)
+    if call.ctx.hw.capabilities.vector_rand2:
+        call.emit("rand2", dst=staged, min=0.0, max=1.0)
+    else:
+        bits = call.tile(dims, UINT32)
+        call.emit("rng", dst=bits)
+        top = call.tile(dims, UINT32)
+        call.emit("tensor_scalar", dst=top, data=bits, op0=OPS["right_shift"], operand0=8)
+        call.emit("tensor_scalar", dst=staged, data=top, op0=MUL, operand0=2.0**-24)
+    if where.is_on_chip:
+        return staged
+    hbm = call.ctx.memory.new_tensor(dims, out, where, name, call.loc)
+    call.emit("dma_copy", dst=hbm, src=staged)
+    return hbm
+
+
+def load_transpose2d(src: Any, dtype: Any = None) -> Tensor:
+    """A new SBUF tile holding the 2-D HBM tensor ``src`` transposed (dma_transpose), cast to ``dtype``."""
+    call = HelperCall("load_transpose2d")
+    if not isinstance(src, Tensor) or src.buffer.is_on_chip:
+        raise call.error(OperandError, f"src must be a 2-D HBM tensor, got {src!r}")
+    if src.ndim != 2:
+        raise call.error(ShapeError, f"src must be 2-D, got shape {list(src.shape)}")
+    dst = call.tile((src.shape[1], src.shape[0]), src.dtype)
+    call.emit("dma_transpose", dst=dst, src=src)
+    return _cast(call, dst, dtype)
+
+
 @contextlib.contextmanager
 def no_reorder() -> Iterator[None]:
     """``with nl.no_reorder():`` keeps program order; nkisim always issues in program order."""
@@ -286,6 +385,12 @@ HELPERS: dict[str, Callable[..., Any]] = {
     "negative": negative,
     "logical_not": logical_not,
     "no_reorder": no_reorder,
+    "gather_flattened": gather_flattened,
+    "dropout": dropout,
+    "rand": rand,
+    "random_seed": random_seed,
+    "load_transpose2d": load_transpose2d,
+    **MATH_HELPERS,
 }
 
 _SPECIAL: dict[str, Callable[..., Tensor]] = {"copy": copy, "invert": invert}
@@ -298,11 +403,16 @@ class CallableOp(Op):
     helper: Callable[..., Tensor] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
-        return self.helper(*args, **kwargs)  # type: ignore[misc]
+        if self.helper is None:
+            raise OperandError(f"nl.{self.name} is an operator constant for an op= argument, not a function")
+        return self.helper(*args, **kwargs)
 
 
 def _callable(op: Op) -> CallableOp:
-    if op.name in _SPECIAL:
+    helper: Callable[..., Tensor] | None
+    if op.is_bypass or op.averages:
+        helper = None
+    elif op.name in _SPECIAL:
         helper = _SPECIAL[op.name]
     elif op.is_activation:
         helper = _unary_helper(op)

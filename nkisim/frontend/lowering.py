@@ -37,14 +37,14 @@ class HelperCall:
     def error(self, cls: type[KernelError], rule: str) -> KernelError:
         return cls(rule, loc=self.loc, instruction=f"nl.{self.helper}", target=self.ctx.hw.name)
 
-    def tile(self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer = Buffer.sbuf) -> Tensor:
+    def tile(self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer = Buffer.sbuf, name: str = "") -> Tensor:
         """A new on-chip tile for a result or an intermediate value."""
         partitions = self.ctx.hw.sbuf.partitions
         if len(shape) < 2:
             raise self.error(ShapeError, f"result shape {list(shape)} needs a partition dim and a free dim")
         if shape[0] > partitions:
             raise self.error(ShapeError, f"partition dim {shape[0]} exceeds {partitions}")
-        return self.ctx.memory.new_tensor(tuple(int(d) for d in shape), dtype, buffer, "", self.loc)
+        return self.ctx.memory.new_tensor(tuple(int(d) for d in shape), dtype, buffer, name, self.loc)
 
     def emit(self, instruction: str, **operands: Any) -> None:
         self.ctx.emit(instruction, operands, self.loc)
@@ -189,3 +189,142 @@ def elementwise(call: HelperCall, op: Op, x: Any, y: Any, dtype: Any) -> Tensor:
     dst = call.tile(shape, out)
     call.emit("tensor_tensor", dst=dst, data1=expand(x, shape), data2=expand(y, shape), op=op)
     return dst
+
+
+# -- rounding, remainders and trigonometry ------------------------------------------
+#
+# NKI documents no engine instruction for these, so they lower to documented ones:
+# the Vector Engine rounds float -> int32 to nearest even on write (tensor_copy), and
+# a comparison of that integer with the input corrects it to the floor or ceiling.
+# Exact for |x| < 2**31 (int32's range); larger magnitudes saturate.
+
+INT32 = NKI_DTYPES["int32"]
+GREATER, LESS = OPS["greater"], OPS["less"]
+TWO_PI = 2.0 * np.pi
+
+
+def _rounded(call: HelperCall, x: Tensor) -> Tensor:
+    """``x`` rounded to the nearest integer (ties to even) in an int32 tile (tensor_copy)."""
+    r = call.tile(x.shape, INT32)
+    call.emit("tensor_copy", dst=r, src=x)
+    return r
+
+
+def round_down(call: HelperCall, x: Tensor, out: np.dtype, up: bool = False) -> Tensor:
+    """``floor(x)`` (``ceil(x)`` with ``up``) into a new ``out`` tile.
+
+    ``r = round(x)`` (tensor_copy to int32), ``g = r > x`` (``r < x`` for ceil) as 1.0/0.0
+    (tensor_tensor), then ``r - g`` (``r + g``) (tensor_tensor).
+    """
+    r = _rounded(call, x)
+    g = call.tile(x.shape, FP32)
+    call.emit("tensor_tensor", dst=g, data1=r, data2=x, op=LESS if up else GREATER)
+    dst = call.tile(x.shape, out)
+    call.emit("tensor_tensor", dst=dst, data1=r, data2=g, op=ADD if up else SUB)
+    return dst
+
+
+def truncated(call: HelperCall, x: Tensor, out: np.dtype) -> Tensor:
+    """``trunc(x) = sign(x) * floor(|x|)``: tensor_scalar (abs), the floor, activation (sign), tensor_tensor."""
+    a = call.tile(x.shape, FP32)
+    call.emit("tensor_scalar", dst=a, data=x, op0=OPS["abs"], operand0=0.0)
+    magnitude = round_down(call, a, FP32)
+    sign = call.tile(x.shape, FP32)
+    call.emit("activation", dst=sign, op=OPS["sign"], data=x)
+    dst = call.tile(x.shape, out)
+    call.emit("tensor_tensor", dst=dst, data1=magnitude, data2=sign, op=MUL)
+    return dst
+
+
+def result_dtype(call: HelperCall, op: Op, x: Any, y: Any, dtype: Any) -> np.dtype:
+    """The dtype ``nl.<op>(x, y)`` returns: ``dtype``, or NKI's promotion of a tile pair or a tile and a scalar."""
+    if is_scalar(x) and is_scalar(y):
+        raise call.error(OperandError, "x and y are both scalars; at least one must be a tile")
+    if is_scalar(x) or is_scalar(y):
+        tile = call.on_chip("y" if is_scalar(x) else "x", y if is_scalar(x) else x)
+        return call.dtype(dtype, scalar_result(op, tile.dtype, x if is_scalar(x) else y))
+    return call.dtype(dtype, promote(call.on_chip("x", x).dtype, call.on_chip("y", y).dtype))
+
+
+def remainder(call: HelperCall, x: Any, y: Any, dtype: Any, floored: bool) -> Tensor:
+    """``x - y * floor(x / y)`` (``floored``, numpy's ``mod``) or ``x - y * trunc(x / y)`` (``fmod``).
+
+    Lowered to tensor_tensor/tensor_scalar divide, the floor or trunc lowering,
+    multiply and subtract, all in float32; exact while the float32 quotient rounds to
+    the same integer part as the real one.
+    """
+    out = result_dtype(call, SUB, x, y, dtype)
+    q = elementwise(call, DIV, x, y, FP32)
+    whole = round_down(call, q, FP32) if floored else truncated(call, q, FP32)
+    product = elementwise(call, MUL, whole, y, FP32)
+    return elementwise(call, SUB, x, product, out)
+
+
+def sine(call: HelperCall, x: Any, shift: float, out: np.dtype) -> Tensor:
+    """``sin(x + shift)`` over the whole input domain: range reduction, then activation(sin).
+
+    ``w = (x + shift + pi) mod 2pi - pi`` lies in the activation's valid range
+    ``[-pi, pi]`` (tensor_scalar, the mod lowering, tensor_scalar), then activation(sin).
+    """
+    t = call.on_chip("x", x)
+    v = call.tile(t.shape, FP32)
+    call.emit("tensor_scalar", dst=v, data=t, op0=ADD, operand0=float(shift + np.pi))
+    m = remainder(call, v, TWO_PI, FP32, floored=True)
+    w = call.tile(t.shape, FP32)
+    call.emit("tensor_scalar", dst=w, data=m, op0=SUB, operand0=float(np.pi))
+    dst = call.tile(t.shape, out)
+    call.emit("activation", dst=dst, op=OPS["sin"], data=w)
+    return dst
+
+
+def floor(x: Any, dtype: Any = None) -> Tensor:
+    """The largest integer ``<= x``, element-wise (tensor_copy to int32, tensor_tensor x2)."""
+    call = HelperCall("floor")
+    t = call.on_chip("x", x)
+    return round_down(call, t, call.dtype(dtype, t.dtype))
+
+
+def ceil(x: Any, dtype: Any = None) -> Tensor:
+    """The smallest integer ``>= x``, element-wise (tensor_copy to int32, tensor_tensor x2)."""
+    call = HelperCall("ceil")
+    t = call.on_chip("x", x)
+    return round_down(call, t, call.dtype(dtype, t.dtype), up=True)
+
+
+def trunc(x: Any, dtype: Any = None) -> Tensor:
+    """``x`` with its fractional part discarded (rounded toward zero), element-wise."""
+    call = HelperCall("trunc")
+    t = call.on_chip("x", x)
+    return truncated(call, t, call.dtype(dtype, t.dtype))
+
+
+def fmod(x: Any, y: Any, dtype: Any = None) -> Tensor:
+    """Remainder of ``x / y`` with the sign of ``x`` (C's ``fmod``, numpy's ``fmod``); x or y may be a scalar."""
+    return remainder(HelperCall("fmod"), x, y, dtype, floored=False)
+
+
+def mod(x: Any, y: Any, dtype: Any = None) -> Tensor:
+    """Remainder of ``x / y`` with the sign of ``y`` (Python's ``%``, numpy's ``mod``); x or y may be a scalar."""
+    return remainder(HelperCall("mod"), x, y, dtype, floored=True)
+
+
+def cos(x: Any, dtype: Any = None) -> Tensor:
+    """Cosine, element-wise: ``sin(x + pi/2)`` after range reduction (see :func:`sine`)."""
+    call = HelperCall("cos")
+    t = call.on_chip("x", x)
+    return sine(call, t, np.pi / 2, call.dtype(dtype, t.dtype))
+
+
+def tan(x: Any, dtype: Any = None) -> Tensor:
+    """Tangent, element-wise: the range-reduced sine over the range-reduced cosine (tensor_tensor divide)."""
+    call = HelperCall("tan")
+    t = call.on_chip("x", x)
+    s = sine(call, t, 0.0, FP32)
+    c = sine(call, t, np.pi / 2, FP32)
+    dst = call.tile(t.shape, call.dtype(dtype, t.dtype))
+    call.emit("tensor_tensor", dst=dst, data1=s, data2=c, op=DIV)
+    return dst
+
+
+#: The math helpers by their ``nki.language`` name.
+MATH_HELPERS = {"floor": floor, "ceil": ceil, "trunc": trunc, "fmod": fmod, "mod": mod, "cos": cos, "tan": tan}

@@ -39,6 +39,9 @@ class Op:
         unary: ``f(x)`` as an activation function, or None if it is not one.
         reduce: the numpy ufunc that reduces with this operator, if it is a legal reduction.
         valid_range: the documented valid input range of the activation function.
+        parametric: ``f(x, alpha)`` for a parameterized activation function (``prelu``'s
+            ``relu_param``); ``unary`` is then ``f(x, 0)``.
+        averages: a reduction that divides its sum by the element count (``nl.average``).
     """
 
     name: str
@@ -47,6 +50,8 @@ class Op:
     unary: Callable[[np.ndarray], np.ndarray] | None = None
     reduce: np.ufunc | None = None
     valid_range: str = "[-inf, inf]"
+    parametric: Callable[[np.ndarray, Any], np.ndarray] | None = None
+    averages: bool = False
 
     def outside_valid_range(self, x: np.ndarray) -> int:
         """How many of ``x`` lie outside :attr:`valid_range` (where the hardware's approximation is garbage)."""
@@ -64,6 +69,11 @@ class Op:
     @property
     def is_activation(self) -> bool:
         return self.unary is not None
+
+    @property
+    def is_bypass(self) -> bool:
+        """``nl.bypass``: a pipeline stage that passes its input through."""
+        return self.binary is None and self.unary is None and self.reduce is None and not self.averages
 
     @property
     def is_bitvec(self) -> bool:
@@ -139,6 +149,10 @@ def _gelu_sigmoid_dx(x: np.ndarray) -> np.ndarray:
 def _silu_dx(x: np.ndarray) -> np.ndarray:
     s = _sigmoid(x)
     return s * (F32(1) + x * (F32(1) - s))
+
+
+def _prelu(x: np.ndarray, alpha: Any) -> np.ndarray:
+    return np.where(x >= 0, x, x * np.asarray(alpha, dtype=F32)).astype(F32, copy=False)
 
 
 def _arith(name: str, fn: Callable[[Any, Any], Any], reduce: np.ufunc | None = None) -> Op:
@@ -220,6 +234,12 @@ _ALL: list[Op] = [
     _act("arctan", np.arctan, "[-pi/2, pi/2]"),
     _act("sqrt", np.sqrt, "[2^-116, 2^118]"),
     _act("sign", np.sign),
+    # parameterized activation: x for x >= 0, relu_param * x below (relu_param 0: relu)
+    Op("prelu", unary=lambda x: _prelu(x, F32(0)), parametric=_prelu),
+    # not an operator: a tensor-scalar stage that passes its input through (activate2's op0/op1)
+    Op("bypass"),
+    # the mean over the partitions (tensor_partition_reduce only)
+    Op("average", averages=True),
 ]
 
 # Operators that are both ALU operators (unary: the operand is ignored) and activation functions.

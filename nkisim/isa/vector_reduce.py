@@ -119,7 +119,7 @@ class TensorPartitionReduceOps(Operands):
     data: In
 
 
-_PARTITION_REDUCE_OPS = ("add", "maximum", "bitwise_or", "bitwise_and")
+_PARTITION_REDUCE_OPS = ("add", "average", "maximum", "bitwise_or", "bitwise_and")
 
 
 def _tensor_partition_reduce_validate(ops: TensorPartitionReduceOps, chk: Check) -> None:
@@ -150,8 +150,15 @@ def _tensor_partition_reduce_cost(ops: TensorPartitionReduceOps, hw: HwConfig, e
     dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst)",
 )
 def tensor_partition_reduce(ops: TensorPartitionReduceOps, state: EngineState) -> None:
-    """``dst[0, ...] = op`` over the partitions of ``data``, in float32 (bitwise ops: on the integer bits)."""
+    """``dst[0, ...] = op`` over the partitions of ``data``, in float32 (bitwise ops: on the integer bits).
+
+    ``nl.average`` is the float32 sum over the partitions divided by their number.
+    """
     p = ops.data.partitions
+    if ops.op.averages:
+        total = np.add.reduce(as_rows(f32(ops.data), p), axis=0, dtype=F32)
+        write(ops.dst, total / F32(p))
+        return
     assert ops.op.reduce is not None
     if ops.op.is_bitvec:
         result = ops.op.reduce.reduce(as_rows(ops.data.array, p), axis=0)

@@ -394,3 +394,11 @@ globals().update(CALLABLE_OPS)
 # -- NKI 0.3+ value-returning helpers (nl.load, nl.sum, nl.matmul, ...) -----------------
 # These shadow the builtins sum, max, min and all in this module, as in NKI's own.
 globals().update(HELPERS)
+
+# -- types (NKI 0.3+) -----------------------------------------------------------------
+#: The type of NKI data types: every ``nl`` dtype is a numpy dtype in nkisim.
+DType = np.dtype
+#: The memory regions of tensors (``nl.sbuf``, ``nl.psum``, ``nl.private_hbm``, ``nl.shared_hbm``; ``nl.hbm``).
+MemoryRegion = Buffer
+#: The tensor type that ``nl.ndarray`` and the helpers return.
+NkiTensor = Tensor
