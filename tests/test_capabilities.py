@@ -93,6 +93,8 @@ PUBLISHED = {
     "dma_indirect_transpose": (False, True, True),
     # [isa activation]: NeuronCore-v2 adds "another vector bias"; the 0.2 API takes float | tile.
     "activation_scalar_bias": (False, True, True),
+    # [api activate2]: "Available only on NeuronCore-v4 and newer."
+    "scalar_activate2": (False, False, True),
 }
 
 #: nkisim's own readings, not published numbers (docs/semantics.md): checked for consistency only.
@@ -181,6 +183,7 @@ def test_instructions_require_the_capabilities_that_name_them() -> None:
         "range_select": ("vector_range_select",),
         "nonzero_with_count": ("gpsimd_nonzero_with_count",),
         "rand2": ("vector_rand2",),
+        "activate2": ("scalar_activate2",),
         "rand_set_state": ("gpsimd_prng",),
         "rand_get_state": ("gpsimd_prng",),
     }

@@ -19,6 +19,8 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "isa.md"
 REGENERATE = "python -m nkisim isa-doc > docs/isa.md"
 #: NKI 0.2 (Beta 2) ``nki.isa`` signatures, one ``name(params)`` per line (from the public stub).
 B2_SIGNATURES = Path(__file__).parent / "data" / "nki_0_2_isa_signatures.txt"
+#: Instructions NKI added after 0.2, with their NKI 0.6 signatures (same format).
+LATER_SIGNATURES = Path(__file__).parent / "data" / "nki_0_6_isa_signatures.txt"
 DEFAULT_DTYPES = inspect.signature(InstructionSpec).parameters["dtypes"].default
 
 #: Deliberate departures from the B2 stub order: instruction -> (extra parameters..., why).
@@ -69,9 +71,9 @@ def test_dtypes_are_documented(name: str) -> None:
 # -- signatures against the NKI 0.2 stub -----------------------------------------------------
 
 
-def _b2_signatures() -> dict[str, list[tuple[str, ast.expr | None]]]:
-    """``name -> [(parameter, default expression or None)]`` for each signature of NKI 0.2."""
-    lines = [line for line in B2_SIGNATURES.read_text().splitlines() if line and not line.startswith("#")]
+def _b2_signatures(path: Path = B2_SIGNATURES) -> dict[str, list[tuple[str, ast.expr | None]]]:
+    """``name -> [(parameter, default expression or None)]`` for each signature of NKI 0.2 (or of ``path``)."""
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
     tree = ast.parse("\n".join(f"def {line}: ..." for line in lines))
     signatures = {}
     for node in tree.body:
@@ -85,7 +87,11 @@ def _b2_signatures() -> dict[str, list[tuple[str, ast.expr | None]]]:
 
 @pytest.fixture(scope="module")
 def b2() -> dict[str, list[tuple[str, ast.expr | None]]]:
-    return _b2_signatures()
+    """NKI 0.2's signatures, and NKI 0.6's for the instructions 0.2 does not have."""
+    later = _b2_signatures(LATER_SIGNATURES)
+    signatures = _b2_signatures()
+    assert not set(later) & set(signatures), "a later signature repeats an NKI 0.2 instruction"
+    return {**later, **signatures}
 
 
 def _ours(name: str) -> list[inspect.Parameter]:

@@ -199,6 +199,8 @@ class Capabilities(_Frozen):
     vector_rand2: StrictBool
     #: A per-lane XORWOW generator on GpSimd: ``rng(engine=gpsimd)``, ``rand_set_state``, ``rand_get_state``.
     gpsimd_prng: StrictBool
+    #: The Scalar Engine's ``activate2`` (two tensor-scalar stages, activation, reduction).
+    scalar_activate2: StrictBool
     # Rules inside instructions.
     #: ``activation``/``activation_reduce`` take a compile-time scalar ``bias`` (else only a (P, 1) tile).
     activation_scalar_bias: StrictBool

@@ -1,6 +1,7 @@
 """The instruction set: one registry of instruction specs (operands, engines, semantics, cost)."""
 
 from nkisim.isa import (  # noqa: F401 - they register instructions
+    activate2,
     collectives,
     dma,
     gpsimd,
@@ -13,6 +14,7 @@ from nkisim.isa import (  # noqa: F401 - they register instructions
     select,
     stats,
     tensor_engine,
+    topk,
     vector,
     vector_reduce,
 )
