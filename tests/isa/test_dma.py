@@ -210,6 +210,7 @@ def test_sliced_hbm_block_into_tile_slice(case, dtype, target, seed):
     assert_bits_equal(run_kernel(kernel, [a, background], target), expected)
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @FAST
 @given(
     shape=tile_shapes(max_dims=2),

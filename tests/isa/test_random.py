@@ -306,6 +306,7 @@ def test_lanes_are_absolute_partitions():
 # -- rand2 ----------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 @FAST
 @given(
     p=st.integers(1, 128),
