@@ -9,6 +9,7 @@ the Habana CustomOp API's descriptors. See docs/tpc.md.
 """
 
 from nkisim.hw.tpc import TpcConfig, gaudi_names, load_gaudi
+from nkisim.tpc import custom_op
 from nkisim.tpc.context import LocalArray, TpcCoherenceWarning, TpcContext
 from nkisim.tpc.errors import (
     TpcAccessPatternError,
@@ -86,6 +87,7 @@ __all__ = [
     "TpcUnwrittenOutputError",
     "VType",
     "Vec",
+    "custom_op",
     "elementwise_pattern",
     "gaudi_names",
     "int5",

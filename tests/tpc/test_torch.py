@@ -133,3 +133,13 @@ def test_user_params_are_packed_into_scalar_words() -> None:
     assert tpc.pack_params([1.0, 2]) == [0x3F800000, 2]
     p, size = custom_op.HPU_PARAMS_STUB(synBeamParams)
     assert size == 12 and p.bsw == 0
+
+
+def test_custom_op_is_an_attribute_of_the_package_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, nkisim; d = nkisim.tpc.custom_op.InputDesc; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
