@@ -178,14 +178,15 @@ class Checker:
     ) -> None:
         """The checks of one instruction before it runs: its reads, its operands, its loops."""
         opcode = f"nisa.{spec.name}"
-        accumulates = spec.accumulates is not None and spec.accumulates(ops) is not False
+        adds = spec.accumulates(ops) if spec.accumulates is not None else False  # True, None (inferred) or False
+        accumulates = adds is not False
         self._carrying, self._carried_values = None, 0
         self._uninitialised(opcode, loc, reads, ops, spec.name)
         if engine is not Engine.dma:
             for name, t in (*reads, *writes):
                 if _tracked(t) and not t.is_dynamic:
                     self._operand_rules(opcode, loc, name, t)
-        if accumulates and spec.accumulates is not None and spec.accumulates(ops) is True:
+        if adds is True:
             self._accumulate_rule(opcode, loc, writes)
         if engine is Engine.tensor:
             self._bank_rule(opcode, loc, writes)
