@@ -220,7 +220,7 @@ class TpcContext:
 
     def _before_reload(self, tensor: int) -> None:
         """A load from a tensor with stores pending: evaluate them first; warn if this member stored it without aso."""
-        if tensor in self._stored:
+        if tensor in self._stored and not self._t.locating:  # a member run again warns no second time
             loc = self._loc(3)
             key = (loc.file, loc.line)
             if key not in self._warned:

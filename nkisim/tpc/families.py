@@ -40,9 +40,8 @@ from nkisim.tpc.trace import (
     VPU,
     tensor_opcode,
 )
-from nkisim.tpc.types import VEC_OF, Pair, Vec, VType, code_of, node_of, predicate_type
+from nkisim.tpc.types import VEC_OF, Pair, Vec, VType, code_of, node_of, predicate_type, vec
 
-_new = int.__new__
 _getframe = sys._getframe
 #: Files whose frames are not the caller of an intrinsic.
 _OWN_FILES = frozenset({__file__, sys.modules["nkisim.tpc.fast"].__file__})
@@ -120,7 +119,7 @@ def emit(
         deps = tuple(range(len(args), len(args) + len(local_load)))
         uop = (LOAD, C_LD, M_LLD, -1, deps, (K_SRC,) * len(deps))
         args = (*args, *local_load)
-    return Vec(ctx._t.entry(opcode(Op(key, (uop,))), args), out)
+    return vec(ctx._t.entry(opcode(Op(key, (uop,))), args), out)
 
 
 def _binary(spec: IntrinsicSpec) -> PerContext:
@@ -249,7 +248,7 @@ def _bits(spec: IntrinsicSpec) -> Callable[..., Vec]:
         if not isinstance(a, Vec) or a.vtype.is_predicate:
             raise _type_error(self, spec, "a", a, "a vector")
         op = opcode(Op((spec.sem, (a.vtype.code,), (out.dtype,), out.code, a.vtype.code, None), (), alias=True))
-        return Vec(self._t.entry(op, (a,)), out)
+        return vec(self._t.entry(op, (a,)), out)
 
     return method
 
@@ -270,7 +269,7 @@ def _macro(spec: IntrinsicSpec, uops: tuple[tuple[Any, ...], ...]) -> PerContext
     def method(self: Any, x: Any) -> Vec:
         _operand(self, spec, "x", x, vt, scalar_ok=False)
         self._uses_lookup(spec.name)
-        return Vec(self._t.entry(op, (x,)), vt)
+        return vec(self._t.entry(op, (x,)), vt)
 
     fast = opcode(Op((spec.sem, (vt.code,), (), vt.code, vt.code, None), uops, layout=L_V))
     return PerContext(method, unary_maker(vt.code, fast))
@@ -327,11 +326,12 @@ def _record_access(ctx: Any, op: int, coords: Any, value: Any) -> int:
     t.seq.append(op)
     if value is not None:
         t.xs.append(value)
-    f = _getframe(2)
-    while f.f_code.co_filename in _OWN_FILES and f.f_back is not None:
-        f = f.f_back
-    t.codes.append(f.f_code)
-    t.lastis.append(f.f_lasti)
+    if t.locating:
+        f = _getframe(2)
+        while f.f_code.co_filename in _OWN_FILES and f.f_back is not None:
+            f = f.f_back
+        t.codes.append(f.f_code)
+        t.lastis.append(f.f_lasti)
     return n
 
 
@@ -358,7 +358,7 @@ def _ld_tnsr(spec: IntrinsicSpec) -> PerContext:
             mov = INTRINSICS[f"v_{vt.prefix}_mov_b"]
             return emit(self, mov, (0 if income is None else income,), (K_SRC,), (), True, False, None, None, C_LD)
         n = _record_access(self, tensor_opcode(vt, tensor, False), coords, None)
-        return _new(VEC_OF[vcode], n << 4 | vcode)
+        return VEC_OF[vcode](n << 4 | vcode)
 
     return PerContext(method, load_maker(vcode))
 

@@ -5,12 +5,13 @@ access builds a closure bound to that context's trace columns and caches it on t
 call is one Python frame that appends its opcode and operands to flat lists and returns the handle.
 A call the closure does not cover (predicated, a type error, a tensor with stores pending, other
 coordinates than a numpy int32[5]) goes to the class's method, which checks and records it in full.
-On the class, the attribute is that method.
+On the class, the attribute is that method. The closures do not record the calling line of a
+tensor access: when a check needs it, the runner runs that member again on a trace that is
+``locating`` (every call then takes the class's method, which records it).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +19,6 @@ import numpy as np
 
 from nkisim.tpc.types import VEC_OF, Vec
 
-_new = int.__new__
-_getframe = sys._getframe
 _I32 = np.dtype(np.int32)
 
 #: ``maker(ctx, plain) -> closure``.
@@ -38,6 +37,8 @@ class PerContext:
     def __get__(self, obj: Any, cls: type | None = None) -> Any:
         if obj is None:
             return self.plain
+        if obj._t.locating:
+            return self.plain.__get__(obj, cls)
         fn = self.maker(obj, self.plain)
         fn.__name__ = fn.__qualname__ = self.plain.__name__
         fn.__doc__ = self.plain.__doc__
@@ -66,7 +67,6 @@ def load_maker(vcode: int) -> Maker:
         fast = t.ld_fast[vcode]
         seq = t.seq
         push, coords_push = seq.append, t.cb.extend
-        code_push, lasti_push = t.codes.append, t.lastis.append
         cache = ctx._coords_ok
 
         def load(
@@ -83,10 +83,7 @@ def load_maker(vcode: int) -> Maker:
             n = len(seq)
             push(op)
             coords_push(cache[1])
-            f = _getframe(1)
-            code_push(f.f_code)
-            lasti_push(f.f_lasti)
-            return _new(out, n << 4 | vcode)
+            return out(n << 4 | vcode)
 
         return load
 
@@ -102,7 +99,6 @@ def store_maker(vcode: int) -> Maker:
         fast = t.st_fast[vcode]
         seq = t.seq
         push, x_push, coords_push = seq.append, t.xs.append, t.cb.extend
-        code_push, lasti_push = t.codes.append, t.lastis.append
         cache = ctx._coords_ok
 
         def store(
@@ -120,9 +116,6 @@ def store_maker(vcode: int) -> Maker:
             push(op)
             x_push(value)
             coords_push(cache[1])
-            f = _getframe(1)
-            code_push(f.f_code)
-            lasti_push(f.f_lasti)
             return None
 
         return store
@@ -150,13 +143,13 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
                     push(op_vv)
                     x_push(a)
                     x_push(b)
-                    return _new(out, n << 4 | ocode)
+                    return out(n << 4 | ocode)
                 if tb in scalars:
                     n = len(seq)
                     push(op_vs)
                     x_push(a)
                     f_push(b)
-                    return _new(out, n << 4 | ocode)
+                    return out(n << 4 | ocode)
             return plain(ctx, a, b, switches, income, predicate, polarity)
 
         return binary
@@ -178,7 +171,7 @@ def unary_maker(vcode: int, op: int) -> Maker:
                 n = len(seq)
                 push(op)
                 x_push(x)
-                return _new(vec, n << 4 | vcode)
+                return vec(n << 4 | vcode)
             return plain(ctx, x)
 
         return macro

@@ -48,7 +48,7 @@ from nkisim.tpc.glue import (
 )
 from nkisim.tpc.schedule import latency_matrix, schedule_member
 from nkisim.tpc.semantics import SEMANTICS
-from nkisim.tpc.trace import SLOT_NAMES, TensorState, Trace
+from nkisim.tpc.trace import SLOT_NAMES, TensorState, Trace, code_line
 from nkisim.tpc.types import BY_DTYPE
 
 #: A tensor parameter of a kernel (an opaque int handle, as in TPC-C).
@@ -416,31 +416,30 @@ def run(
     boxes = partition(plan.geometry, tpcs, order, seed)
     tpc_of = [k % tpcs for k in range(len(boxes))]
     member_entries: list[int] = []
-    for m, (offset, size) in enumerate(boxes):
-        ctx = TpcContext(trace, cfg, plan.name, tpc_of[m], m, offset, size, n_tensors)
+    for m in range(len(boxes)):
         member_entries.append(len(trace.seq))
-        try:
-            plan.kern.fn(ctx, *range(n_tensors), *plan.scalars)
-        except KernelError:
-            raise
-        except Exception as exc:
-            raise TpcError(
-                f"the kernel raised {type(exc).__name__}: {exc}",
-                loc=_exc_loc(exc, plan.kern.loc),
-                kernel=plan.name,
-                tpc=tpc_of[m],
-                member=m,
-                device=cfg.name,
-            ) from exc
-        ctx.check_local_budget()
+        _run_member(trace, plan, cfg, boxes, tpc_of, m, n_tensors).check_local_budget()
     trace.flush()
     per_member, mem_accesses, first_uop = trace.micro_ops(member_entries)
     member_entries.append(len(trace.seq))
     member_uops = [(int(first_uop[a]), int(first_uop[b])) for a, b in itertools.pairwise(member_entries)]
     lo = np.array([b[0] for b in boxes], dtype=np.int64)
     hi = lo + np.array([b[1] for b in boxes], dtype=np.int64)
+    def locate(member: int, k: int) -> SourceLoc:
+        """The kernel line of ``member``'s ``k``-th tensor access: its member run again, recording lines."""
+        copies = [TensorState.make(s.index, s.data.copy(), s.vtype, s.pad, s.role) for s in states]
+        again = Trace(copies, SEMANTICS, locating=True)
+        try:
+            _run_member(again, plan, cfg, boxes, tpc_of, member, n_tensors)
+        except Exception:
+            return plan.kern.loc
+        if k >= len(again.codes):
+            return plan.kern.loc  # the kernel did not run the same way twice
+        code = again.codes[k]
+        return SourceLoc(code.co_filename, code_line(code, again.lastis[k]), code.co_name)
+
     foot = Footprint(
-        trace.access_log(member_entries[:-1]),
+        trace.access_log(member_entries[:-1], locate),
         states,
         {"kernel": plan.name, "device": cfg.name, "loc": plan.kern.loc, "tpc_of": tpc_of},
     )
@@ -461,6 +460,34 @@ def run(
         arrays[len(ins) + len(outs) :],
         memory_stalls,
     )
+
+
+def _run_member(
+    trace: Trace,
+    plan: _Plan,
+    cfg: TpcConfig,
+    boxes: list[tuple[np.ndarray, np.ndarray]],
+    tpc_of: list[int],
+    m: int,
+    n_tensors: int,
+) -> TpcContext:
+    """Run the kernel once for member ``m`` of the index space, recording on ``trace``: its context."""
+    offset, size = boxes[m]
+    ctx = TpcContext(trace, cfg, plan.name, tpc_of[m], m, offset, size, n_tensors)
+    try:
+        plan.kern.fn(ctx, *range(n_tensors), *plan.scalars)
+    except KernelError:
+        raise
+    except Exception as exc:
+        raise TpcError(
+            f"the kernel raised {type(exc).__name__}: {exc}",
+            loc=_exc_loc(exc, plan.kern.loc),
+            kernel=plan.name,
+            tpc=tpc_of[m],
+            member=m,
+            device=cfg.name,
+        ) from exc
+    return ctx
 
 
 def _timed(

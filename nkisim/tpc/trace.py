@@ -161,16 +161,19 @@ class Trace:
         xs: the vector handles of the column-recorded entries not evaluated yet, in entry order.
         fs: their float scalars (``L_VS``).
         cb: the int5 coordinates of the tensor accesses not evaluated yet (int32 bytes, 5 per access).
-        codes, lastis: the calling code object and byte offset of every tensor access of the run.
+        locating: this trace re-runs one member to find the kernel lines of its tensor accesses;
+            only then are ``codes`` and ``lastis`` (the calling code object and byte offset of each
+            access) recorded, and every intrinsic takes its full (checking, recording) path.
         dirty: tensors with stores not applied yet.
         ld_fast: per vector type code, ``tensor -> load opcode`` of its tensors without pending stores.
         st_fast: per vector type code, ``tensor -> store opcode`` of the tensors the running member
             stored since its last ``aso()`` and the last evaluation (a store to them needs no bookkeeping).
     """
 
-    def __init__(self, tensors: list[TensorState], semantics: list[Semantics]) -> None:
+    def __init__(self, tensors: list[TensorState], semantics: list[Semantics], locating: bool = False) -> None:
         self.tensors = tensors
         self.semantics = semantics
+        self.locating = locating
         self.seq: list[int] = []
         self.rows: defaultdict[int, list[tuple[Any, ...]]] = defaultdict(list)
         self.xs: list[int] = []
@@ -397,13 +400,16 @@ class Trace:
 
     # -- after the run ------------------------------------------------------------------
 
-    def access_log(self, member_starts: list[int]) -> AccessLog:
-        """Every tensor access of the run, as arrays (call after the last :meth:`flush`)."""
+    def access_log(self, member_starts: list[int], locate: Callable[[int, int], SourceLoc]) -> AccessLog:
+        """Every tensor access of the run, as arrays (call after the last :meth:`flush`).
+
+        ``locate(member, k)`` is the kernel line of the member's ``k``-th access.
+        """
         n = np.concatenate(self._acc_n) if self._acc_n else np.zeros(0, dtype=np.int64)
         coords = self._coords[: self._nc]
         info = tables().access[self._ops[n]]
         member = np.searchsorted(np.asarray(member_starts, dtype=np.int64), n, side="right") - 1
-        return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, self.codes, self.lastis)
+        return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, locate)
 
     def micro_ops(self, members: list[int]) -> tuple[list[tuple[np.ndarray, ...]], list[int], np.ndarray]:
         """Each member's scheduler columns and HBM accesses (:func:`~nkisim.tpc.tape.expand`); entries' first micro-op.
@@ -430,7 +436,7 @@ class AccessLog:
 
     Attributes:
         tensor, member, coords, lanes, store: per access (coords ``(n, 5)``, dim0 first).
-        codes, lastis: the calling code object and byte offset of each access (its kernel line).
+        locate: ``locate(member, k)``, the kernel line of the member's ``k``-th access.
     """
 
     tensor: np.ndarray
@@ -438,16 +444,16 @@ class AccessLog:
     coords: np.ndarray
     lanes: np.ndarray
     store: np.ndarray
-    codes: list[Any]
-    lastis: list[int]
+    locate: Callable[[int, int], SourceLoc]
 
     def __len__(self) -> int:
         return int(self.tensor.shape[0])
 
     def loc(self, row: int) -> SourceLoc:
-        """The kernel line of access ``row``."""
-        code = self.codes[row]
-        return SourceLoc(code.co_filename, code_line(code, self.lastis[row]), code.co_name)
+        """The kernel line of access ``row`` (found by running its member again: errors only)."""
+        member = int(self.member[row])
+        first = int(np.searchsorted(self.member, member, side="left"))
+        return self.locate(member, row - first)
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

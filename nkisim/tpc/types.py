@@ -103,9 +103,6 @@ class Vec(int):
 
     __slots__ = ()
 
-    def __new__(cls, node: int, vtype: VType) -> Vec:
-        return int.__new__(VEC_OF[vtype.code], node << 4 | vtype.code)
-
     @property
     def id(self) -> int:
         return int.__rshift__(self, 4)
@@ -137,10 +134,15 @@ class Vec(int):
     __float__ = __int__ = _no_arithmetic("a conversion to a Python number")
 
 
-#: The class of each type's vectors, by type code (``Vec(node, vtype)`` makes one).
+#: The class of each type's vectors, by type code: ``VEC_OF[code](node << 4 | code)`` makes one.
 VEC_OF: dict[int, type[Vec]] = {
     code: type(f"Vec[{vt.name}]", (Vec,), {"__slots__": (), "__module__": __name__}) for code, vt in BY_CODE.items()
 }
+
+
+def vec(node: int, vtype: VType) -> Vec:
+    """The vector value of trace node ``node``, of type ``vtype``."""
+    return VEC_OF[vtype.code](node << 4 | vtype.code)
 
 #: ``node`` and type code of a Vec, for the recording fast paths.
 node_of = int.__rshift__
