@@ -68,7 +68,19 @@ class Tensor:
         name: the name given at creation, or an automatic one.
     """
 
-    __slots__ = ("__weakref__", "_base", "_region", "array", "buffer", "defect", "dtype", "name", "storage", "uid")
+    __slots__ = (
+        "__weakref__",
+        "_base",
+        "_region",
+        "_start",
+        "array",
+        "buffer",
+        "defect",
+        "dtype",
+        "name",
+        "storage",
+        "uid",
+    )
 
     def __init__(
         self, array: np.ndarray, dtype: np.dtype, buffer: Buffer, name: str, storage: Storage, base: Tensor | None
@@ -84,6 +96,7 @@ class Tensor:
         self.storage = storage
         self._base = base
         self._region: Region | None = None
+        self._start: int | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
         #: Why this view may not be used (an empty slice, a pattern outside the tensor), or None.
@@ -204,7 +217,12 @@ class Tensor:
     @property
     def byte_offset(self) -> int:
         """Offset of element 0 from the start of its storage."""
-        return self.array.__array_interface__["data"][0] - self.storage.bytes.__array_interface__["data"][0]
+        start = self._start
+        if start is None:
+            start = self.array.ctypes.data - self.storage.bytes.ctypes.data
+            if not self.is_dynamic:  # a dynamic view moves with its offset's value
+                self._start = start
+        return start
 
     # -- access patterns (NKI 0.3+) ----------------------------------------------------
 

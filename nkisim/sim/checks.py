@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
+import numba
 import numpy as np
 
 from nkisim.errors import CheckError, CheckWarning, Diagnostic, SourceLoc
@@ -158,7 +159,7 @@ class Checker:
     def _taint(self, t: Tensor) -> np.ndarray | None:
         """Per element of a static view: 0 written, -1 never written, k carried from origin k; None if all written."""
         marks = self._view(t, every_byte=False)
-        if marks.size == 0 or (marks.min() >= _WRITTEN and marks.max() <= _TENSOR):  # two passes, no temporaries
+        if marks.size == 0 or _all_written(marks.reshape(marks.shape[0], -1)):
             return None
         taint = np.zeros(marks.shape, dtype=np.int32)
         carried = marks == _CARRIED
@@ -395,6 +396,17 @@ def _never_written(operand: str, t: Tensor, never: np.ndarray) -> str:
         f"{operand} reads {int(np.count_nonzero(never))} of the {t.size} elements of {t.buffer.value.upper()} "
         f"tile {t.name!r} {dtype_name(t.dtype)}{list(t.shape)} that were never written, the first at index {first}"
     )
+
+
+@numba.njit(cache=True, nogil=True)
+def _all_written(marks: np.ndarray) -> bool:  # pragma: no cover (compiled)
+    """Whether every mark is ``_WRITTEN`` or ``_TENSOR`` (one pass, stopping at the first other)."""
+    for i in range(marks.shape[0]):
+        for j in range(marks.shape[1]):
+            m = marks[i, j]
+            if m < _WRITTEN or m > _TENSOR:
+                return False
+    return True
 
 
 def _per_byte(shadow: np.ndarray, t: Tensor, every_byte: bool) -> np.ndarray:
