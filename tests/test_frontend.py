@@ -427,6 +427,12 @@ def test_environment_selects_the_target(monkeypatch, name, version):
     assert nki.jit(_version_kernel)(rand(1, 1)) == version
 
 
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_every_target_models_the_first_silicon_revision(target):
+    result = nkisim.run(lambda x: nisa.get_nc_sub_version(), [rand(1, 1)], target=target)
+    assert result.outputs == 0  # "0 - first revision (default)" in the nki.isa reference
+
+
 def test_platform_target_is_used_and_beats_the_environment(monkeypatch):
     kernel = nki.jit(platform_target="trn2")(_version_kernel)
     assert nkisim.run(kernel, [rand(1, 1)]).target == "trn2"

@@ -263,6 +263,7 @@ class HwConfig(_Frozen):
         name: canonical target name (``trn1``, ``trn2``, ``trn3``).
         aliases: other accepted target names (``inf2``, ``gen2``, ...).
         nc_version: NeuronCore version (2 for trn1/inf2, 3 for trn2, 4 for trn3).
+        nc_sub_version: the silicon revision within the version (0: the first, which nkisim models).
         reference_clock_ghz: the clock at which profiles count ``total_cycles``.
         capabilities: what the generation has, by name (see :class:`Capabilities`).
     """
@@ -270,6 +271,7 @@ class HwConfig(_Frozen):
     name: str
     aliases: tuple[str, ...] = ()
     nc_version: int = Field(ge=2)
+    nc_sub_version: int = Field(0, ge=0)
     reference_clock_ghz: float = Field(gt=0)
     sbuf: OnChipMemoryConfig
     psum: OnChipMemoryConfig

@@ -4,7 +4,8 @@ MX data lives in the packed x4 types (``nl.float8_e5m2_x4``, ``nl.float8_e4m3fn_
 four fp8 bytes in a 32-bit element; ``nl.float4_e2m1fn_x4``: four fp4 nibbles in a
 16-bit element), value ``j`` of an element in its ``j``-th byte (nibble) from the least
 significant end. A scaling group is 8 partitions x 1 packed element (32 values); its
-scale is an e8m0 byte (``2 ** (s - 127)``, 255 is NaN) in a uint8 tile.
+scale is an e8m0 byte (``2 ** (s - 127)``, 255 is NaN) in a ``float8_e8m0fnu`` tile or, as older
+kernels have it, a uint8 one (the same bytes).
 
 Scale layout: group ``g`` (data partitions ``8g .. 8g + 7``) has its scales in row
 ``32 * (g // 4) + g % 4`` of the scale tile, so each SBUF quadrant of data keeps its 4
@@ -41,6 +42,7 @@ _FP8_X4 = {
 }
 _FP4_X4 = "float4_e2m1fn_x4"
 _MX_INPUTS = (*_FP8_X4, _FP4_X4)
+_SCALES = ("float8_e8m0fnu", "uint8")
 #: The 16 float4_e2m1fn values by bit pattern (sign, 2 exponent bits, 1 mantissa bit).
 _FP4_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
 FP4_E2M1FN = np.concatenate([_FP4_VALUES, -_FP4_VALUES])
@@ -79,7 +81,7 @@ def pack_fp8_x4(values: np.ndarray, element: np.dtype) -> np.ndarray:
 def e8m0_values(scales: np.ndarray) -> np.ndarray:
     """``2 ** (s - 127)`` in float32 for e8m0 bytes ``s`` (255 is NaN)."""
     s = scales.astype(np.int32)
-    return np.where(s == 255, np.float32(np.nan), np.ldexp(np.float32(1.0), s - E8M0_BIAS)).astype(np.float32)
+    return np.where(s == 255, np.float32(np.nan), np.ldexp(np.float32(1.0), np.minimum(s, 254) - E8M0_BIAS))
 
 
 def _check_dtype(chk: Check, name: str, t: Tensor, allowed: tuple[str, ...]) -> None:
@@ -119,7 +121,7 @@ def _quantize_mx_validate(ops: QuantizeMxOps, chk: Check) -> None:
         check_in(chk, name, t, Buffer.sbuf)
     _check_dtype(chk, "src", ops.src, ("float16", "bfloat16"))
     _check_dtype(chk, "dst", ops.dst, tuple(_FP8_X4))
-    _check_dtype(chk, "dst_scale", ops.dst_scale, ("uint8",))
+    _check_dtype(chk, "dst_scale", ops.dst_scale, _SCALES)
     p, f = ops.src.partitions, ops.src.free_size
     if p % QUADRANT:
         chk.fail(ShapeError, "src", f"partition dim {p} must be a multiple of {QUADRANT}")
@@ -155,7 +157,7 @@ def _quantize_mx_cost(ops: QuantizeMxOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_quantize_mx_cost,
     validate=_quantize_mx_validate,
     requires=("mx_formats",),
-    dtypes="src fp16/bf16; dst float8_e5m2_x4/float8_e4m3fn_x4; dst_scale uint8",
+    dtypes="src fp16/bf16; dst float8_e5m2_x4/float8_e4m3fn_x4; dst_scale float8_e8m0fnu/uint8",
 )
 def quantize_mx(ops: QuantizeMxOps, state: EngineState) -> None:
     """Quantize groups of 8 partitions x 4 elements to MXFP8 data plus one e8m0 scale each.
@@ -177,7 +179,7 @@ def quantize_mx(ops: QuantizeMxOps, state: EngineState) -> None:
         quantized = x * expanded  # exact: a power-of-two scaling that stays in range
     ops.dst.array[...] = pack_fp8_x4(quantized, element).reshape(ops.dst.shape)
     rows = scale_rows(p)
-    ops.dst_scale.array[rows] = scales.astype(np.uint8).reshape((rows.size, *ops.dst_scale.shape[1:]))
+    ops.dst_scale.array.view(np.uint8)[rows] = scales.astype(np.uint8).reshape((rows.size, *ops.dst_scale.shape[1:]))
 
 
 # -- nc_matmul_mx ---------------------------------------------------------------------
@@ -219,8 +221,8 @@ def _nc_matmul_mx_validate(ops: NcMatmulMxOps, chk: Check) -> None:
     check_in(chk, "dst", ops.dst, Buffer.psum)
     _check_dtype(chk, "stationary", ops.stationary, _MX_INPUTS)
     _check_dtype(chk, "moving", ops.moving, _MX_INPUTS)
-    _check_dtype(chk, "stationary_scale", ops.stationary_scale, ("uint8",))
-    _check_dtype(chk, "moving_scale", ops.moving_scale, ("uint8",))
+    _check_dtype(chk, "stationary_scale", ops.stationary_scale, _SCALES)
+    _check_dtype(chk, "moving_scale", ops.moving_scale, _SCALES)
     _check_dtype(chk, "dst", ops.dst, ("float32", "bfloat16"))
     k = ops.stationary.partitions
     if ops.moving.partitions != k:
@@ -267,7 +269,7 @@ def _dequantized(data: Tensor, scale: Tensor) -> np.ndarray:
     values = unpack_x4(data)
     k, f, _ = values.shape
     rows = scale_rows(k)
-    scales = scale.array[rows].reshape(rows.size, -1)[:, :f]
+    scales = scale.array.view(np.uint8)[rows].reshape(rows.size, -1)[:, :f]
     factor = np.repeat(e8m0_values(scales), GROUP_PARTITIONS, axis=0)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         scaled = values * factor[:, :, None]
@@ -282,7 +284,10 @@ def _dequantized(data: Tensor, scale: Tensor) -> np.ndarray:
     validate=_nc_matmul_mx_validate,
     accumulates=matmul_accumulates,
     requires=("mx_formats",),
-    dtypes="stationary/moving float8_e5m2_x4/float8_e4m3fn_x4/float4_e2m1fn_x4; scales uint8; dst fp32/bf16",
+    dtypes=(
+        "stationary/moving float8_e5m2_x4/float8_e4m3fn_x4/float4_e2m1fn_x4; scales float8_e8m0fnu/uint8; "
+        "dst fp32/bf16"
+    ),
 )
 def nc_matmul_mx(ops: NcMatmulMxOps, state: EngineState) -> None:
     """``dst = S.T @ M`` over the 4K contraction values of MX stationary and moving tiles.

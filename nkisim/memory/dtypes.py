@@ -24,7 +24,7 @@ FLOAT8_E5M2_X4 = np.dtype(np.uint32, metadata={"nki": "float8_e5m2_x4"})
 FLOAT8_E4M3FN_X4 = np.dtype(np.uint32, metadata={"nki": "float8_e4m3fn_x4"})
 FLOAT4_E2M1FN_X4 = np.dtype(np.uint16, metadata={"nki": "float4_e2m1fn_x4"})
 
-#: Every data type of NKI 0.2 by its ``nki.language`` name.
+#: Every data type of NKI by its ``nki.language`` name (``float8_e8m0fnu``: the MX scales of NKI 0.6).
 NKI_DTYPES: dict[str, np.dtype] = {
     "bool_": np.dtype(np.bool_),
     "int8": np.dtype(np.int8),
@@ -40,6 +40,7 @@ NKI_DTYPES: dict[str, np.dtype] = {
     "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
     "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
     "float8_e5m2_x4": FLOAT8_E5M2_X4,
     "float8_e4m3fn_x4": FLOAT8_E4M3FN_X4,
     "float4_e2m1fn_x4": FLOAT4_E2M1FN_X4,

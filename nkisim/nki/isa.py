@@ -45,6 +45,11 @@ def get_nc_version() -> nc_version:
     return nc_version(current_context().hw.nc_version)
 
 
+def get_nc_sub_version() -> int:
+    """The silicon revision of the running target within its NeuronCore version (0: the first)."""
+    return current_context().hw.nc_sub_version
+
+
 globals().update(STUBS)
 
 __all__ = [
@@ -53,6 +58,7 @@ __all__ = [
     "dge_mode",
     "dma_engine",
     "engine",
+    "get_nc_sub_version",
     "get_nc_version",
     "matmul_perf_mode",
     "nc_version",

@@ -478,3 +478,48 @@ def test_nc_matmul_rejects_negative_tile_positions():
         r"start row -64",
         target="trn1",
     )
+
+
+# -- float8_e8m0fnu scale tiles --------------------------------------------------------
+
+
+def test_float8_e8m0fnu_is_the_power_of_two_of_its_byte_minus_127():
+    raw = np.array([0, 1, 126, 127, 128, 254], dtype=np.uint8)
+    values = raw.view(nl.float8_e8m0fnu).astype(np.float64)
+    np.testing.assert_array_equal(values, 2.0 ** (raw.astype(np.float64) - 127))
+    assert dtype_name(nl.float8_e8m0fnu) == "float8_e8m0fnu" and nl.float8_e8m0fnu.itemsize == 1
+
+
+def test_quantize_mx_writes_the_same_scale_bytes_to_a_float8_e8m0fnu_tile():
+    def kernel(x):
+        src = load(x)
+        p, f = x.shape
+        dst = nl.ndarray((p, f // 4), dtype=nl.float8_e5m2_x4, buffer=nl.sbuf)
+        scale = nl.ndarray((p, f // 4), dtype=nl.float8_e8m0fnu, buffer=nl.sbuf)
+        nisa.memset(dst=scale, value=1.0)  # 2 ** 0: byte 127
+        nisa.quantize_mx(dst=dst, src=src, dst_scale=scale)
+        return store(scale)
+
+    x = group_scaled(np.random.default_rng(3), 64, 32, BF16)
+    scale = run_kernel(kernel, [x], "trn3")
+    _, ref_scales = quantize_reference(x, "float8_e5m2_x4")
+    expected = spread_scales(ref_scales, 64)
+    expected[np.arange(64) % 32 >= 4] = 127  # rows that hold no scale keep the memset value
+    assert scale.dtype == nl.float8_e8m0fnu
+    np.testing.assert_array_equal(scale.view(np.uint8), expected)
+
+
+def test_nc_matmul_mx_reads_float8_e8m0fnu_scales_as_their_bytes():
+    rng = np.random.default_rng(5)
+    k, m, n = 32, 8, 16
+    sw, mw = random_mx(rng, k, m, "float8_e4m3fn_x4"), random_mx(rng, k, n, "float8_e5m2_x4")
+    s_scales = rng.integers(120, 130, size=(k // 8, m)).astype(np.uint8)
+    m_scales = rng.integers(120, 130, size=(k // 8, n)).astype(np.uint8)
+    spread_s, spread_m = spread_scales(s_scales, k), spread_scales(m_scales, k)
+    got = run_kernel(
+        mx_matmul_kernel("float8_e4m3fn_x4", "float8_e5m2_x4", FP32),
+        [sw, spread_s.view(nl.float8_e8m0fnu), mw, spread_m.view(nl.float8_e8m0fnu)],
+        "trn3",
+    )
+    ref, magnitude = matmul_mx_reference(sw, "float8_e4m3fn_x4", s_scales, mw, "float8_e5m2_x4", m_scales)
+    assert np.all(np.abs(got.astype(np.float64) - ref) <= 1e-5 * magnitude + 1e-30)
