@@ -24,7 +24,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from nkisim.memory.dtypes import dtype_name, is_float, to_dtype
+from nkisim.memory.dtypes import container, dtype_name, is_float, to_dtype
 from nkisim.nki.language import (  # noqa: F401 - served as neuron_dtypes names (NEURON_DTYPES_API)
     bfloat16,
     float4_e2m1fn_x4,
@@ -62,7 +62,7 @@ def _x4(dtype: np.dtype) -> tuple[np.dtype, int] | None:
     return _X4.get(dtype_name(dtype)) if dtype.metadata else None
 
 
-def _pack(values: np.ndarray, element: np.dtype, bits: int, container: np.dtype) -> np.ndarray:
+def _pack(values: np.ndarray, element: np.dtype, bits: int, packed_type: np.dtype) -> np.ndarray:
     if values.ndim == 0 or values.shape[-1] % 4:
         raise ValueError(f"static_cast to a x4 type needs a last axis divisible by 4, got shape {values.shape}")
     raw = values.astype(np.float32).astype(element).view(np.uint8).astype(np.uint32) & ((1 << bits) - 1)
@@ -70,11 +70,11 @@ def _pack(values: np.ndarray, element: np.dtype, bits: int, container: np.dtype)
     packed = np.zeros(groups.shape[:-1], dtype=np.uint32)
     for i in range(4):
         packed |= groups[..., i] << np.uint32(bits * i)
-    return packed.astype(container.type).view(container)
+    return packed.astype(container(packed_type)).view(packed_type)
 
 
 def _unpack(values: np.ndarray, element: np.dtype, bits: int) -> np.ndarray:
-    words = values.view(values.dtype.type).astype(np.uint32)
+    words = values.view(container(values.dtype)).astype(np.uint32)
     parts = [(words >> np.uint32(bits * i)) & np.uint32((1 << bits) - 1) for i in range(4)]
     raw = np.stack(parts, axis=-1).astype(np.uint8).reshape(*values.shape[:-1], values.shape[-1] * 4)
     return raw.view(element)

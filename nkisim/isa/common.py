@@ -9,7 +9,7 @@ from nkisim.hw import Engine
 from nkisim.isa.ops import Op
 from nkisim.isa.spec import Check, Operands
 from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_integer
-from nkisim.memory.dtypes import is_tfloat32
+from nkisim.memory.dtypes import container, is_tfloat32
 
 F32 = np.float32
 
@@ -40,13 +40,15 @@ def write(dst: Tensor, values: np.ndarray) -> None:
 
 
 def same_format(a: Tensor, b: Tensor) -> bool:
-    """True when a bit copy is exact: equal dtypes, tfloat32 told apart from float32."""
-    return a.dtype == b.dtype and is_tfloat32(a.dtype) == is_tfloat32(b.dtype)
+    """True when a bit copy is exact: equal dtypes (a packed x4 type and its integer words count as
+    equal), tfloat32 told apart from float32."""
+    return container(a.dtype) == container(b.dtype) and is_tfloat32(a.dtype) == is_tfloat32(b.dtype)
 
 
 def copy_bits(dst: Tensor, src: Tensor) -> None:
-    """A bit-exact copy between tensors of one dtype and one element count."""
-    dst.array[...] = src.array.reshape(dst.shape)
+    """A bit-exact copy between tensors of one format (:func:`same_format`) and one element count."""
+    words = container(dst.dtype)
+    dst.array.view(words)[...] = src.array.view(words).reshape(dst.shape)
 
 
 def apply_alu(op: Op, x: np.ndarray, y: np.ndarray | np.float32, reverse: bool) -> np.ndarray:

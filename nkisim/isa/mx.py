@@ -107,6 +107,23 @@ def _check_scale_tile(chk: Check, name: str, scale: Tensor, data_partitions: int
         )
 
 
+def _scale_parts(scale: Tensor, data_partitions: int) -> list[Tensor]:
+    """The rows of a scale tile an instruction touches: the first rows of each quadrant, one view per quadrant."""
+    rows = scale_rows(data_partitions)
+    if rows.size == 0 or rows[-1] >= scale.partitions:  # too small a tile: validation reports it
+        return [scale]
+    quadrants = rows // QUADRANT
+    return [scale[int(rows[quadrants == q][0]) : int(rows[quadrants == q][-1]) + 1] for q in np.unique(quadrants)]
+
+
+def _with_scale_parts(accessed: list[tuple[str, Tensor]], scales: dict[str, int]) -> list[tuple[str, Tensor]]:
+    """``accessed`` with each scale operand (name -> its data's partitions) replaced by the rows it touches."""
+    out: list[tuple[str, Tensor]] = []
+    for name, t in accessed:
+        out.extend((name, part) for part in _scale_parts(t, scales[name])) if name in scales else out.append((name, t))
+    return out
+
+
 # -- quantize_mx ----------------------------------------------------------------------
 
 
@@ -114,6 +131,11 @@ class QuantizeMxOps(Operands):
     dst: Out
     src: In
     dst_scale: Out
+
+    def accessed(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
+        """As every instruction's, but ``dst_scale`` only where scales are written (rows 0-3 of each quadrant)."""
+        reads, writes = super().accessed()
+        return reads, _with_scale_parts(writes, {"dst_scale": self.src.partitions})
 
 
 def _quantize_mx_validate(ops: QuantizeMxOps, chk: Check) -> None:
@@ -194,6 +216,12 @@ class NcMatmulMxOps(Operands):
     tile_position: tuple[int, ...] | list[int] | None = None
     tile_size: tuple[int, ...] | list[int] | None = None
     accumulate: bool | None = None
+
+    def accessed(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
+        """As every instruction's, but the scale tiles only where scales are read (rows 0-3 of each quadrant)."""
+        reads, writes = super().accessed()
+        parts = {"stationary_scale": self.stationary.partitions, "moving_scale": self.moving.partitions}
+        return _with_scale_parts(reads, parts), writes
 
 
 def _row_tile(ops: NcMatmulMxOps, chk: Check) -> int:

@@ -17,12 +17,22 @@ import numpy as np
 
 TFLOAT32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
 
+
+
+def _packed(name: str, container: str) -> np.dtype:
+    """A packed type: one unsigned-integer field named after the type, so each is a dtype of its own."""
+    return np.dtype([(name, container)], metadata={"nki": name})
+
+
 #: NeuronCore-v4 MX types that pack four values in one element (``quantize_mx``, ``nc_matmul_mx``):
-#: unsigned-integer containers of 32 bits (four fp8 bytes) or 16 bits (four fp4 nibbles), value
-#: ``i`` in byte (nibble) ``i`` from the least significant end. See docs/semantics.md.
-FLOAT8_E5M2_X4 = np.dtype(np.uint32, metadata={"nki": "float8_e5m2_x4"})
-FLOAT8_E4M3FN_X4 = np.dtype(np.uint32, metadata={"nki": "float8_e4m3fn_x4"})
-FLOAT4_E2M1FN_X4 = np.dtype(np.uint16, metadata={"nki": "float4_e2m1fn_x4"})
+#: containers of 32 bits (four fp8 bytes) or 16 bits (four fp4 nibbles), value ``i`` in byte
+#: (nibble) ``i`` from the least significant end. See docs/semantics.md. Each is a numpy record
+#: type with one unsigned field, so that the three differ from each other and from uint32/uint16
+#: (``nl.float8_e4m3fn_x4 != nl.float8_e5m2_x4``) and their names show in ``str(dtype)``;
+#: :func:`container` gives the integer words (``array.view(container(dtype))``).
+FLOAT8_E5M2_X4 = _packed("float8_e5m2_x4", "<u4")
+FLOAT8_E4M3FN_X4 = _packed("float8_e4m3fn_x4", "<u4")
+FLOAT4_E2M1FN_X4 = _packed("float4_e2m1fn_x4", "<u2")
 
 #: Every data type of NKI by its ``nki.language`` name (``float8_e8m0fnu``: the MX scales of NKI 0.6).
 NKI_DTYPES: dict[str, np.dtype] = {
@@ -84,9 +94,19 @@ def is_tfloat32(dtype: np.dtype) -> bool:
     return bool(dtype.metadata) and dtype.metadata.get("nki") == "tfloat32"
 
 
+def is_packed(dtype: np.dtype) -> bool:
+    """True for the packed MX ``*_x4`` types."""
+    return dtype.names is not None
+
+
+def container(dtype: np.dtype) -> np.dtype:
+    """The unsigned-integer words of a packed ``*_x4`` type (any other type: itself)."""
+    return dtype.fields[dtype.names[0]][0] if dtype.names is not None else dtype
+
+
 def is_float(dtype: np.dtype) -> bool:
-    """True for float types, including bf16, tf32 and fp8 (ml_dtypes report kind 'V')."""
-    return dtype.kind == "f" or dtype.kind == "V"
+    """True for float types, including bf16, tf32 and fp8 (ml_dtypes report kind 'V'); not the packed x4 types."""
+    return dtype.kind == "f" or (dtype.kind == "V" and dtype.names is None)
 
 
 def is_integer(dtype: np.dtype) -> bool:
@@ -115,6 +135,8 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """
     if values.dtype == dtype and not is_tfloat32(dtype):
         return values
+    if dtype.names is not None:  # a packed x4 type: its integer words
+        return cast(values, container(dtype)).view(dtype)
     if is_tfloat32(dtype):
         return round_tfloat32(values.astype(np.float32, copy=False))
     if dtype.kind in "iu" and is_float(values.dtype):
