@@ -258,7 +258,9 @@ def index_arrays(tensor: Tensor, key: Any) -> list[np.ndarray]:
     try:
         shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
     except ValueError:
-        raise ShapeError(f"index expressions of shapes {[list(np.shape(a)) for a in arrays]} do not broadcast") from None
+        raise ShapeError(
+            f"index expressions of shapes {[list(np.shape(a)) for a in arrays]} do not broadcast"
+        ) from None
     return [np.broadcast_to(a, shape) for a in arrays]
 
 
@@ -266,7 +268,8 @@ def out_of_bounds(tensor: Tensor, arrays: list[np.ndarray]) -> str | None:
     """Why ``arrays`` reach outside ``tensor``, or None."""
     for dim, a in enumerate(arrays):
         if a.size and (a.min() < 0 or a.max() >= tensor.shape[dim]):
-            return f"index {int(a.min())}..{int(a.max())} is out of bounds for dim {dim} of size {tensor.shape[dim]} of {tensor!r}"
+            span = f"{int(a.min())}..{int(a.max())}"
+            return f"index {span} is out of bounds for dim {dim} of size {tensor.shape[dim]} of {tensor!r}"
     return None
 
 
@@ -332,7 +335,9 @@ def mask_box(mask: Any) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
         hits = np.flatnonzero(proj)
         lo, hi = (int(hits[0]), int(hits[-1]) + 1) if hits.size else (0, 0)
         if hits.size and hi - lo != hits.size:
-            raise OperandError("mask holds on separate ranges of one axis; nkisim supports rectangular masks", operand="mask")
+            raise OperandError(
+                "mask holds on separate ranges of one axis; nkisim supports rectangular masks", operand="mask"
+            )
         box.append(slice(lo, hi))
         shape = [1] * values.ndim
         shape[axis] = proj.size
@@ -341,7 +346,9 @@ def mask_box(mask: Any) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
     for proj in projections:
         rectangle = rectangle & proj
     if not np.array_equal(rectangle, values):
-        raise OperandError("mask does not hold on a rectangle of the tile; nkisim supports rectangular masks", operand="mask")
+        raise OperandError(
+            "mask does not hold on a rectangle of the tile; nkisim supports rectangular masks", operand="mask"
+        )
     return values.shape, tuple(box)
 
 

@@ -19,12 +19,12 @@ import numpy as np
 from nkisim.errors import KernelError, OperandError, user_location
 from nkisim.frontend.context import current_context
 from nkisim.frontend.legacy_index import IndexExpr, Predicate, affine_fit
-from nkisim.frontend.legacy_nl import Masked, retag, to_op
-from nkisim.frontend.legacy_tile import as_tile, restrict
+from nkisim.frontend.legacy_nl import Masked, retag
+from nkisim.frontend.legacy_tile import as_tile
 from nkisim.frontend.lowering import HelperCall, promote
-from nkisim.isa.enums import matmul_perf_mode, reduce_cmd
+from nkisim.isa.enums import dge_mode, matmul_perf_mode, oob_mode, reduce_cmd
 from nkisim.isa.ops import OPS
-from nkisim.memory import Buffer, Tensor, to_dtype
+from nkisim.memory import Buffer, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
 
 FP32 = NKI_DTYPES["float32"]
@@ -166,7 +166,8 @@ LEGACY_ISA: tuple[LegacyInstr, ...] = (
                 _affine_select),
     LegacyInstr("bn_aggr", ("data",), 1, {}, _rows(2)),
     LegacyInstr("bn_stats", ("data",), 1, {}, _rows(6)),
-    LegacyInstr("dma_copy", ("dst", "src", "dst_rmw_op", "oob_mode", "dge_mode"), 0, {}),
+    LegacyInstr("dma_copy", ("dst", "src", "dst_rmw_op", "oob_mode", "dge_mode"), 0,
+                {"dst_rmw_op": None, "oob_mode": oob_mode.error, "dge_mode": dge_mode.unknown}),
     LegacyInstr("dma_transpose", ("src", "axes"), 1, {"axes": None}, _dma_transposed),
     LegacyInstr("dropout", ("data", "prob"), 2, {}, like("data")),
     LegacyInstr("iota", ("expr", "dtype_arg"), 2, {}, _expr_shape, _iota),

@@ -28,7 +28,7 @@ import numpy as np
 from nkisim.errors import OperandError, SourceLoc, TargetError
 from nkisim.frontend.blas import single_threaded_blas
 from nkisim.frontend.context import KernelContext, enter, is_running, leave
-from nkisim.frontend.jit import _kernel_loc, _split, _target, _to_hbm, default_check, run
+from nkisim.frontend.jit import _kernel_loc, _target, _to_hbm, default_check, run
 from nkisim.frontend.legacy_tile import as_tile
 from nkisim.frontend.validate import collect, translate
 from nkisim.hw import HwConfig
@@ -42,7 +42,7 @@ from nkisim.sim.multicore import merge_timelines
 
 
 @dataclass(frozen=True)
-class nc:  # noqa: N801 - NKI's name
+class nc:
     """``nl.nc(n)``: ``n`` physical NeuronCores, a factor of a grid dimension."""
 
     n: int
@@ -55,7 +55,7 @@ class nc:  # noqa: N801 - NKI's name
 
 
 @dataclass(frozen=True)
-class spmd_dim:  # noqa: N801 - NKI's name
+class spmd_dim:
     """``nl.spmd_dim(nl.nc(2), 2)``: a grid dimension whose outer (or inner) factor is the core."""
 
     outer: Any
@@ -183,10 +183,7 @@ def _placement(sizes: tuple[int, ...], dims: tuple[Any, ...], cores: int) -> lis
     annotated = [a for a, d in enumerate(dims) if isinstance(d, spmd_dim)]
     placed = []
     for flat, idx in enumerate(indices):
-        if annotated:
-            core = sum(dims[a].core(idx[a]) for a in annotated) % cores
-        else:
-            core = flat * cores // len(indices)
+        core = sum(dims[a].core(idx[a]) for a in annotated) % cores if annotated else flat * cores // len(indices)
         placed.append((tuple(int(i) for i in idx), core))
     return placed
 
@@ -207,7 +204,7 @@ def run_legacy(
     budget = Budget(start=time.monotonic())
     shared: list[Tensor] = []
     ctxs = []
-    for core in range(cores):
+    for _ in range(cores):
         memory = _GridMemory(hw, True, shared)
         ctx = KernelContext(hw, grid=sizes, budget=budget, findings=findings, memory=memory)
         ctx.kernel_name = kernel.func.__qualname__
@@ -239,8 +236,9 @@ def _launch(
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as exc:
-        raise OperandError(f"cannot bind inputs to {kernel.func.__qualname__}{signature}: {exc}",
-                           loc=_loc(kernel)) from None
+        raise OperandError(
+            f"cannot bind inputs to {kernel.func.__qualname__}{signature}: {exc}", loc=_loc(kernel)
+        ) from None
     for name, value in bound.arguments.items():
         bound.arguments[name] = as_tile(_to_hbm(ctxs[0], name, value, kernel))  # type: ignore[arg-type]
     returned: Any = None
@@ -284,10 +282,12 @@ def _write_back(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
     passed = inspect.signature(func).bind(*args, **kwargs).arguments
     for name, original in passed.items():
         tensor = bound.arguments.get(name)
-        if isinstance(original, np.ndarray) and isinstance(tensor, Tensor) and original.flags.writeable:
-            if original.shape == tensor.shape and original.tobytes() != np.ascontiguousarray(tensor.array).tobytes():
-                np.copyto(original, tensor.array.view(original.dtype) if original.dtype != tensor.array.dtype
-                          and original.dtype.itemsize == tensor.array.dtype.itemsize else tensor.array, casting="unsafe")
+        if not (isinstance(original, np.ndarray) and isinstance(tensor, Tensor) and original.flags.writeable):
+            continue
+        now = np.ascontiguousarray(tensor.array)
+        if original.shape == now.shape and original.tobytes() != now.tobytes():
+            same_size = original.dtype.itemsize == now.dtype.itemsize
+            np.copyto(original, now.view(original.dtype) if same_size else now, casting="unsafe")
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -398,5 +398,14 @@ def grid_size(axes: Any = None) -> int:
     return math.prod(grid[a] if grid else 1 for a in items)
 
 
-__all__ = ["LegacyKernel", "LegacyRunResult", "ProgramSpan", "jit", "nc", "run", "simulate_kernel", "spmd_dim",
-           "TargetError"]
+__all__ = [
+    "LegacyKernel",
+    "LegacyRunResult",
+    "ProgramSpan",
+    "TargetError",
+    "jit",
+    "nc",
+    "run",
+    "simulate_kernel",
+    "spmd_dim",
+]

@@ -26,7 +26,7 @@ from nkisim.frontend import helpers as today
 from nkisim.frontend.context import current_context
 from nkisim.frontend.helpers import CallableOp
 from nkisim.frontend.legacy_index import mask_box
-from nkisim.frontend.legacy_tile import LegacyTile, PendingView, as_tile, empty_box, restrict
+from nkisim.frontend.legacy_tile import OPERATORS, LegacyTile, PendingView, as_tile, empty_box, restrict
 from nkisim.frontend.lowering import FP32, HelperCall, is_scalar, scalar_value, to_sbuf
 from nkisim.isa.ops import OPS, Op
 from nkisim.memory import Buffer, Tensor
@@ -157,7 +157,7 @@ less = LEGACY_OPS["less"]
 less_equal = LEGACY_OPS["less_equal"]
 greater = LEGACY_OPS["greater"]
 greater_equal = LEGACY_OPS["greater_equal"]
-abs = LEGACY_OPS["abs"]  # noqa: A001 - NKI's name
+abs = LEGACY_OPS["abs"]
 copy = LEGACY_OPS["copy"]
 invert = LEGACY_OPS["invert"]
 negative = legacy("negative", today.negative)
@@ -259,11 +259,11 @@ def _reduction(name: str, fn: Callable[..., Any], dtype_default: Any = None) -> 
     return reduce
 
 
-sum = _reduction("sum", today.HELPERS["sum"])  # noqa: A001 - NKI's names
-max = _reduction("max", today.HELPERS["max"])  # noqa: A001
-min = _reduction("min", today.HELPERS["min"])  # noqa: A001
+sum = _reduction("sum", today.HELPERS["sum"])
+max = _reduction("max", today.HELPERS["max"])
+min = _reduction("min", today.HELPERS["min"])
 prod = _reduction("prod", today.HELPERS["prod"])
-all = _reduction("all", today.HELPERS["all"], BOOL)  # noqa: A001
+all = _reduction("all", today.HELPERS["all"], BOOL)
 mean = _reduction("mean", today.HELPERS["mean"])
 
 
@@ -308,6 +308,9 @@ def expand_dims(data: Any, axis: int) -> LegacyTile:
 def static_cast(input_data: Any, dtype: Any) -> LegacyTile:
     """``input_data`` cast to ``dtype`` in a new SBUF tile (tensor_copy)."""
     return as_tile(today.copy(input_data, dtype=dtype))
+
+
+NUMPY_OPS.update({sum: "add", max: "maximum", min: "minimum", prod: "multiply", all: "logical_and"})
 
 
 # -- assignment and accumulation ----------------------------------------------------------
@@ -385,10 +388,12 @@ def accumulate(target: Tensor, value: Any, op_name: str) -> None:
 
 def device_print(prefix: str, x: Any, *, mask: Any = None, **kwargs: Any) -> None:
     """Print a tile's values when the kernel reaches this line (after the instructions before it)."""
-    current_context().flush_deferred()
-    from nkisim.nki.language import device_print as print_now
-
-    print_now(prefix, x)
+    ctx = current_context()
+    ctx.flush_deferred()
+    if not isinstance(x, Tensor):
+        raise OperandError(f"x must be a tile, got {type(x).__name__}", instruction="nl.device_print")
+    if ctx.prints.claim():
+        print(f"{prefix} {x.name}{list(x.shape)}:\n{np.asarray(x.array)}")
 
 
 def unsupported(name: str, why: str) -> Callable[..., Any]:
@@ -400,3 +405,9 @@ def unsupported(name: str, why: str) -> Callable[..., Any]:
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Not supported by nkisim: {why}"
     return fn
+
+
+OPERATORS.update(LEGACY_OPS)
+OPERATORS.update(
+    {"assign": assign, "accumulate": accumulate, "broadcast_to": broadcast_to, "negative": negative, "copy": copy}
+)

@@ -13,6 +13,7 @@ it is a :class:`PendingView` until an instruction resolves it with its mask.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from nkisim.errors import BoundsError, OperandError, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.legacy_index import (
+    affine_fit,
     box_slices,
     has_expr,
     index_arrays,
@@ -28,6 +30,9 @@ from nkisim.frontend.legacy_index import (
     strided_view,
 )
 from nkisim.memory import Buffer, Tensor
+
+#: The legacy ``nl`` functions the operators call, by name; ``legacy_nl`` fills it when imported.
+OPERATORS: dict[str, Callable[..., Any]] = {}
 
 
 class LegacyTile(Tensor):
@@ -39,12 +44,10 @@ class LegacyTile(Tensor):
         return index(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        from nkisim.frontend.legacy_nl import assign
-
         target = index(self, key)
         if isinstance(target, PendingView):
             raise target.error(user_location())
-        assign(target, value)
+        OPERATORS["assign"](target, value)
 
     def reshape(self, shape: Any) -> LegacyTile:
         return as_tile(Tensor.reshape(self, shape))
@@ -60,14 +63,10 @@ class LegacyTile(Tensor):
 
     def astype(self, dtype: Any) -> LegacyTile:
         """A copy cast to ``dtype`` (tensor_copy into a new SBUF tile)."""
-        from nkisim.frontend.legacy_nl import copy
-
-        return copy(self, dtype=dtype)
+        return OPERATORS["copy"](self, dtype=dtype)
 
     def broadcast_to(self, shape: Any) -> LegacyTile:
-        from nkisim.frontend.legacy_nl import broadcast_to
-
-        return broadcast_to(self, shape=shape)
+        return OPERATORS["broadcast_to"](self, shape=shape)
 
     def expand_dims(self, axis: int) -> LegacyTile:
         from nkisim.frontend.helpers import expand_dims
@@ -82,9 +81,7 @@ class LegacyTile(Tensor):
     # -- operators: the legacy nl functions -------------------------------------------
 
     def _op(self, name: str, other: Any, reflected: bool = False) -> Any:
-        from nkisim.frontend import legacy_nl
-
-        fn = getattr(legacy_nl, name)
+        fn = OPERATORS[name]
         return fn(other, self) if reflected else fn(self, other)
 
     def __add__(self, o: Any) -> Any:
@@ -142,24 +139,16 @@ class LegacyTile(Tensor):
         return self._op("greater_equal", o)
 
     def __neg__(self) -> Any:
-        from nkisim.frontend.legacy_nl import negative
-
-        return negative(self)
+        return OPERATORS["negative"](self)
 
     def __abs__(self) -> Any:
-        from nkisim.frontend import legacy_nl
-
-        return legacy_nl.abs(self)
+        return OPERATORS["abs"](self)
 
     def __invert__(self) -> Any:
-        from nkisim.frontend.legacy_nl import invert
-
-        return invert(self)
+        return OPERATORS["invert"](self)
 
     def _inplace(self, name: str, other: Any) -> LegacyTile:
-        from nkisim.frontend.legacy_nl import accumulate
-
-        accumulate(self, other, name)
+        OPERATORS["accumulate"](self, other, name)
         return self
 
     def __iadd__(self, o: Any) -> LegacyTile:
@@ -189,6 +178,9 @@ def as_tile(value: Any) -> Any:
 
 def index(tensor: Tensor, key: Any) -> Any:
     """``tensor[key]`` with the legacy API's indices: a :class:`LegacyTile` view, or a :class:`PendingView`."""
+    items = key if isinstance(key, tuple) else (key,)
+    if items and isinstance(items[0], Tensor) and not tensor.buffer.is_on_chip:
+        return indirect_view(tensor, items[0], items[1:])
     if not has_expr(key):
         try:
             return as_tile(Tensor.__getitem__(tensor, key))
@@ -199,6 +191,29 @@ def index(tensor: Tensor, key: Any) -> Any:
     if out_of_bounds(tensor, arrays) is not None:
         return PendingView(tensor, arrays)
     return as_tile(strided_view(tensor, arrays))
+
+
+def indirect_view(tensor: Tensor, rows: Tensor, rest: tuple[Any, ...]) -> Tensor:
+    """``hbm[idx_tile, i_f]``: one row of ``tensor`` per partition of the integer tile ``rows`` (DMA gather/scatter)."""
+    if rows.free_size != 1:
+        raise OperandError(f"an index tile on dim 0 of {tensor!r} must be (P, 1), got {list(rows.shape)}")
+    row = Tensor.__getitem__(tensor, 0)
+    arrays = index_arrays(row, rest) if rest else index_arrays(row, (slice(None),) * row.ndim)
+    steps = [s // row.itemsize for s in row.array.strides]
+    offsets = sum((a * s for a, s in zip(arrays, steps)), np.zeros(arrays[0].shape, dtype=np.int64))
+    offsets = np.asarray(offsets)
+    if offsets.ndim >= 2 and offsets.shape[0] == 1:
+        offsets = offsets[0]
+    fit = affine_fit(offsets)
+    if fit is None:
+        raise OperandError(f"the free index expressions on {tensor!r} are not affine")
+    origin, free_steps = fit
+    base_row = (
+        tensor.array.__array_interface__["data"][0] - (tensor._base or tensor).array.__array_interface__["data"][0]
+    )
+    row_stride = tensor.array.strides[0] // tensor.itemsize
+    pattern = [[row_stride, rows.partitions]] + [[s, n] for s, n in zip(free_steps, offsets.shape)]
+    return as_tile(tensor.ap(pattern, origin + base_row // tensor.itemsize, vector_offset=rows, indirect_dim=0))
 
 
 class PendingView:

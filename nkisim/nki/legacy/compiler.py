@@ -56,5 +56,13 @@ def multi_buffer(factor: int = 2) -> Any:
     return factor
 
 
-__all__ = ["allocation_scope", "enable_stack_allocator", "force_auto_alloc", "multi_buffer", "no_reorder", "psum",
-           "sbuf", "skip_middle_end_transformations"]
+__all__ = [
+    "allocation_scope",
+    "enable_stack_allocator",
+    "force_auto_alloc",
+    "multi_buffer",
+    "no_reorder",
+    "psum",
+    "sbuf",
+    "skip_middle_end_transformations",
+]

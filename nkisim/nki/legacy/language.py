@@ -16,9 +16,9 @@ import numpy as np
 
 from nkisim.errors import OperandError, ShapeError, user_location
 from nkisim.frontend.context import current_context
-from nkisim.frontend.legacy_index import arange, mgrid
-from nkisim.frontend.legacy_launch import grid_size, nc, program_index, spmd_dim
-from nkisim.frontend.legacy_nl import (
+from nkisim.frontend.legacy_index import arange, mgrid  # noqa: F401 - re-exported
+from nkisim.frontend.legacy_launch import grid_size, nc, program_index, spmd_dim  # noqa: F401
+from nkisim.frontend.legacy_nl import (  # noqa: F401 - re-exported
     LEGACY_OPS,
     all,
     atomic_rmw,
@@ -50,7 +50,7 @@ from nkisim.frontend.legacy_nl import (
 )
 from nkisim.frontend.legacy_tile import LegacyTile, as_tile
 from nkisim.nki import language as _current
-from nkisim.nki.language import (
+from nkisim.nki.language import (  # noqa: F401 - re-exported
     affine_range,
     bfloat16,
     bool_,
@@ -79,14 +79,14 @@ from nkisim.nki.language import (
 globals().update(LEGACY_OPS)
 
 
-class fp32:  # noqa: N801 - NKI's name
+class fp32:
     """``nl.fp32.min``: the most negative float32."""
 
     min = float(np.finfo(np.float32).min)
     max = float(np.finfo(np.float32).max)
 
 
-class bfp16:  # noqa: N801 - NKI's name
+class bfp16:
     """``nl.bfp16.min``: the most negative bfloat16."""
 
     min = float(ml_dtypes.finfo(ml_dtypes.bfloat16).min)
@@ -98,7 +98,7 @@ def finfo(dtype: Any) -> Any:
     return np.finfo(dtype)
 
 
-class par_dim(int):  # noqa: N801 - NKI's name
+class par_dim(int):
     """``nl.par_dim(128)``: this dim of a buffer's shape is the partition dim."""
 
 
@@ -237,5 +237,7 @@ loop_reduce = unsupported("loop_reduce", "loop reduction is a compiler transform
 gemm_grid = unsupported("gemm_grid", "not documented beyond its name")
 gemm_stationary_grid = unsupported("gemm_stationary_grid", "not documented beyond its name")
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "math", "np", "ml_dtypes", "Any")]
+__all__ = [
+    name for name in dir() if not name.startswith("_") and name not in ("annotations", "math", "np", "ml_dtypes", "Any")
+]
 del math
