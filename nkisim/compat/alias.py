@@ -10,7 +10,9 @@
 
 The alias is a finder at the front of ``sys.meta_path`` that maps ``nki``,
 ``nki.language``, ``nki.isa``, ``nki.isa.constants`` (NKI's enums) and
-``nki.typing`` to nkisim's modules. It is never installed implicitly, and it
+``nki.typing`` to nkisim's modules, and the legacy API's ``neuronxcc.nki``,
+``.language``, ``.isa``, ``.typing`` and ``.compiler`` to ``nkisim.nki.legacy``
+(docs/legacy-api.md). Both APIs can be imported in one process. It is never installed implicitly, and it
 refuses to shadow a real NKI installation: if ``import nki`` would find an
 installed package, :func:`install_nki_alias` raises :class:`NkiAliasError`.
 """
@@ -31,8 +33,16 @@ ALIASES: dict[str, str] = {
     "nki.language": "nkisim.nki.language",
     "nki.isa": "nkisim.nki.isa",
 }
+#: The legacy API (``import neuronxcc.nki``, Neuron 2.26 and earlier) and nkisim's modules for it.
+LEGACY_ALIASES: dict[str, str] = {
+    "neuronxcc.nki": "nkisim.nki.legacy",
+    "neuronxcc.nki.language": "nkisim.nki.legacy.language",
+    "neuronxcc.nki.isa": "nkisim.nki.legacy.isa",
+    "neuronxcc.nki.typing": "nkisim.nki.legacy.typing",
+    "neuronxcc.nki.compiler": "nkisim.nki.legacy.compiler",
+}
 #: Aliased modules made here rather than imported: NKI's enum module and type annotations.
-_SYNTHETIC = ("nki.isa.constants", "nki.typing")
+_SYNTHETIC = ("nki.isa.constants", "nki.typing", "neuronxcc")
 
 
 class NkiAliasError(ImportError):
@@ -60,11 +70,13 @@ class _NkiAliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname in ALIASES:
             module = importlib.import_module(ALIASES[fullname])
+        elif fullname in LEGACY_ALIASES:
+            module = importlib.import_module(LEGACY_ALIASES[fullname])
         elif fullname in _SYNTHETIC:
             module = _synthetic(fullname)
         else:
             return None
-        is_package = hasattr(module, "__path__") or fullname in ("nki", "nki.isa")
+        is_package = hasattr(module, "__path__") or fullname in ("nki", "nki.isa", "neuronxcc", "neuronxcc.nki")
         return importlib.util.spec_from_loader(fullname, _AliasLoader(module), is_package=is_package)
 
 
@@ -72,7 +84,8 @@ _FINDER: _NkiAliasFinder | None = None
 
 
 def install_nki_alias() -> None:
-    """Make ``import nki`` (and ``nki.language``, ``nki.isa``) import nkisim's NKI modules.
+    """Make ``import nki`` (and ``nki.language``, ``nki.isa``) import nkisim's NKI modules,
+    and ``import neuronxcc.nki`` (``.language``, ``.isa``, ``.typing``, ``.compiler``) its legacy ones.
 
     Calling it again while installed does nothing.
 
@@ -83,18 +96,8 @@ def install_nki_alias() -> None:
     global _FINDER
     if _FINDER is not None:
         return
-    loaded = sys.modules.get("nki")
-    if loaded is not None:
-        raise NkiAliasError(
-            f"cannot alias nki to nkisim: a module named nki is already imported ({_where(loaded)}); "
-            "install the alias before anything imports nki"
-        )
-    spec = importlib.util.find_spec("nki")
-    if spec is not None and spec.origin is not None:  # a namespace directory named nki is no installation
-        raise NkiAliasError(
-            f"refusing to alias nki to nkisim: a real NKI is importable from {spec.origin}. "
-            "Use 'import nkisim.nki as nki' in the kernel, or run where that nki is not on sys.path."
-        )
+    for top in ("nki", "neuronxcc"):
+        _refuse_real(top)
     _FINDER = _NkiAliasFinder()
     sys.meta_path.insert(0, _FINDER)
 
@@ -107,10 +110,27 @@ def uninstall_nki_alias() -> None:
     if _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
     _FINDER = None
-    for name in (*ALIASES, *_SYNTHETIC):
+    ours = {*ALIASES.values(), *LEGACY_ALIASES.values()}
+    for name in (*ALIASES, *LEGACY_ALIASES, *_SYNTHETIC):
         module = sys.modules.get(name)
-        if module is not None and (module.__name__ in ALIASES.values() or name in _SYNTHETIC):
+        if module is not None and (module.__name__ in ours or name in _SYNTHETIC):
             del sys.modules[name]
+
+
+def _refuse_real(top: str) -> None:
+    """Raise :class:`NkiAliasError` when ``top`` is imported already or a real package of that name is importable."""
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        raise NkiAliasError(
+            f"cannot alias {top} to nkisim: a module named {top} is already imported ({_where(loaded)}); "
+            f"install the alias before anything imports {top}"
+        )
+    spec = importlib.util.find_spec(top)
+    if spec is not None and spec.origin is not None:  # a namespace directory of that name is no installation
+        raise NkiAliasError(
+            f"refusing to alias {top} to nkisim: a real NKI is importable from {spec.origin}. "
+            f"Use 'import nkisim.nki as nki' in the kernel, or run where that {top} is not on sys.path."
+        )
 
 
 def is_installed() -> bool:
@@ -144,7 +164,9 @@ _MADE: dict[str, types.ModuleType] = {}
 def _synthetic(name: str) -> types.ModuleType:
     if name not in _MADE:
         module = types.ModuleType(name)
-        if name == "nki.typing":
+        if name == "neuronxcc":
+            module.__doc__ = "The Neuron compiler package, as far as kernels import it: neuronxcc.nki (nkisim)."
+        elif name == "nki.typing":
             module.__doc__ = "Type annotations for NKI kernel parameters (nkisim: accepted, not checked)."
             module.tensor = _TensorAnnotation()  # type: ignore[attr-defined]
             module.mutable_tensor = _TensorAnnotation()  # type: ignore[attr-defined]  # an output written in place
@@ -159,4 +181,4 @@ def _synthetic(name: str) -> types.ModuleType:
     return _MADE[name]
 
 
-__all__ = ["ALIASES", "NkiAliasError", "install_nki_alias", "is_installed", "uninstall_nki_alias"]
+__all__ = ["ALIASES", "LEGACY_ALIASES", "NkiAliasError", "install_nki_alias", "is_installed", "uninstall_nki_alias"]

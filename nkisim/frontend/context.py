@@ -66,12 +66,14 @@ class KernelContext:
         budget: Budget | None = None,
         prints: PrintLog | None = None,
         findings: Findings | None = None,
+        memory: MemorySystem | None = None,
     ) -> None:
-        memory = (
-            MemorySystem(hw, poison=compute, plan=plan)
-            if launch is None
-            else SharedHbmMemory(hw, launch, program_id, compute, plan)
-        )
+        if memory is None:
+            memory = (
+                MemorySystem(hw, poison=compute, plan=plan)
+                if launch is None
+                else SharedHbmMemory(hw, launch, program_id, compute, plan)
+            )
         peer = Peer(launch, program_id) if launch is not None else None
         checker = Checker(findings, hw) if findings is not None else None
         self.machine = Machine(
@@ -83,6 +85,9 @@ class KernelContext:
         self.num_programs = num_programs
         self.grid = grid
         self.kernel_name = ""
+        #: An instruction held back by the legacy front end until the next one is issued
+        #: (``acc += nisa.nc_matmul(...)`` retargets a matmul into ``acc`` before it issues).
+        self.deferred: Instruction | None = None
 
     @property
     def hw(self) -> HwConfig:
@@ -98,7 +103,21 @@ class KernelContext:
 
     def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
         """Hand one ``nisa.<name>`` call to the machine."""
+        if self.deferred is not None:
+            self.flush_deferred()
         self.machine.issue(Instruction(name, kwargs, loc))
+
+    def defer(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
+        """Hold ``nisa.<name>`` back until the next instruction (or :meth:`flush_deferred`)."""
+        if self.deferred is not None:
+            self.flush_deferred()
+        self.deferred = Instruction(name, kwargs, loc)
+
+    def flush_deferred(self) -> None:
+        """Issue the instruction held back by :meth:`defer`, if any."""
+        held, self.deferred = self.deferred, None
+        if held is not None:
+            self.machine.issue(held)
 
 
 _CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)
