@@ -96,24 +96,18 @@ TRIAGE: list[tuple[str, str, str]] = [
         "automatic tile, which nkisim does only when eager allocation also runs out",
     ),
     (
-        r"Unsupported out_x4_dtype|x4",
-        "unmodelled",
-        "the packed MX types (float8_e4m3fn_x4, ...) are numpy uint32/uint16 dtypes with metadata in nkisim, equal "
-        "to plain uint32/uint16; the suite's MX reference code needs them to be distinct types and loses them "
-        "through torch",
+        r"test_quantize_mx_hw\[",
+        "suite",
+        "the suite's golden (mx_torch_common.quantize_to_mx) computes the OCP sample scale "
+        "2^(floor(log2 amax) - Emax); the nki.isa reference of quantize_mx (2026-07) says the instruction's block "
+        "scale is twice that, 2^(floor(log2 amax) - (Emax - 1)), which nkisim follows: every scale byte is one "
+        "more than the golden's and every value half",
     ),
     (
-        r"transpose\(\) takes 2 positional arguments",
-        "unmodelled",
-        "MX x4 weights: the suite's torch_ref_wrapper keeps an array as numpy only when its dtype name contains "
-        "'x4'; nkisim's x4 arrays print as uint32/uint16, so they become torch tensors and the numpy-style "
-        "transpose(1, 0, 2) of the reference fails (same root cause as the entry above)",
-    ),
-    (
-        r"test_mlp_tkg_unit\[.*q_dt-uint(16|32).*Validation failed",
-        "unmodelled",
-        "MX-quantized (x4) MLP token generation: a numerical mismatch; the reference quantizes through the x4 "
-        "dtypes nkisim cannot make distinct (above) - likely the same cause, not confirmed",
+        r"mlp\.py\W+line \d+.*IndentationError|IndentationError: unexpected indent",
+        "suite",
+        "the checkout's src/nkilib_src/nkilib/core/mlp/mlp.py does not parse (a docstring closed too early, "
+        "nki-library commit d2ad3a5), so every test that imports it fails to collect",
     ),
     (
         r"Timeout \(?>",
