@@ -96,6 +96,8 @@ class Checker:
         self._shadows: dict[int, np.ndarray] = {}
         #: Per byte marked _CARRIED: the number of its entry in ``_origins`` (1-based).
         self._origin_maps: dict[int, np.ndarray] = {}
+        #: View geometries (partition rows, shape, strides, itemsize) that passed the operand rules.
+        self._legal_geometries: set[tuple[object, ...]] = set()
         #: Where carried never-written values were first read: (loc, instruction, rule).
         self._origins: list[tuple[SourceLoc, str, str]] = []
         #: What the instruction running now carries: (dst, per-element taint), and how many dst
@@ -271,9 +273,16 @@ class Checker:
         self.report("error", "uninitialized-read", origin_loc, origin_opcode, what + used + _FIX)
 
     def _operand_rules(self, opcode: str, loc: SourceLoc, name: str, t: Tensor) -> None:
-        """The partition-start rule and the access-pattern field limits of an engine's on-chip operand."""
+        """The partition-start rule and the access-pattern field limits of an engine's on-chip operand.
+
+        Both depend only on the view's geometry: a geometry that passed once passes again.
+        """
+        region, array = t.region, t.array
+        geometry = (region.r0, region.r1, array.shape, array.strides, array.itemsize)
+        if geometry in self._legal_geometries:
+            return
         caps = self.hw.capabilities
-        start, count = t.region.r0, t.region.r1 - t.region.r0
+        start, count = region.r0, region.r1 - region.r0
         if caps.partition_start_quadrants and not _legal_start(start, count):
             self.report(
                 "error",
@@ -302,6 +311,8 @@ class Checker:
                 opcode,
                 f"{name} ({t.name!r}, pattern [stride, size] {pattern}) {problem}; split the instruction",
             )
+        elif not caps.partition_start_quadrants or _legal_start(start, count):
+            self._legal_geometries.add(geometry)
 
     def _accumulate_rule(self, opcode: str, loc: SourceLoc, writes: list[tuple[str, Tensor]]) -> None:
         """``accumulate=True`` onto PSUM nothing wrote (an uninitialised read), or onto values a
