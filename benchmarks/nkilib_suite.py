@@ -77,9 +77,11 @@ TRIAGE: list[tuple[str, str, str]] = [
     ),
     (
         r"sbuf\d* bfloat16\[64, 65535\]",
-        "unmodelled",
-        "two [64, 65535] bfloat16 tiles live together in the cross-entropy loop need 262 KB per partition, more than "
-        "SBUF holds; the compiler must lay them out in a way nkisim does not model (not diagnosed further)",
+        "suite",
+        "the configuration breaks the kernel's own documented limit: test_cross_entropy_backward.py states that "
+        "tensor_tensor's two chunk buffers need 2 x CS x dtype bytes <= 229,376 per partition (bf16: CS <= 57,344, "
+        "'use 32768'), and this case runs CS = 65535 in bf16, 262,140 bytes per partition; nkisim's allocator is "
+        "not at fault",
     ),
     (
         r"(PSUM|SBUF) is full",
