@@ -98,6 +98,8 @@ class Checker:
         self._origin_maps: dict[int, np.ndarray] = {}
         #: View geometries (partition rows, shape, strides, itemsize) that passed the operand rules.
         self._legal_geometries: set[tuple[object, ...]] = set()
+        #: Tiles (allocation uids) every byte of which has been written (see :meth:`_taint`).
+        self._written_tiles: set[int] = set()
         #: Where carried never-written values were first read: (loc, instruction, rule).
         self._origins: list[tuple[SourceLoc, str, str]] = []
         #: What the instruction running now carries: (dst, per-element taint), and how many dst
@@ -159,9 +161,17 @@ class Checker:
         return _per_byte(origins, t, every_byte)
 
     def _taint(self, t: Tensor) -> np.ndarray | None:
-        """Per element of a static view: 0 written, -1 never written, k carried from origin k; None if all written."""
+        """Per element of a static view: 0 written, -1 never written, k carried from origin k; None if all written.
+
+        Once a whole tile was found written, its views are not looked at again: bytes of a live tile only
+        become unwritten by a carried write (:meth:`after` forgets the tile then).
+        """
+        if t.uid in self._written_tiles:
+            return None
         marks = self._view(t, every_byte=False)
         if marks.size == 0 or _all_written(marks.reshape(marks.shape[0], -1)):
+            if t._base is None:
+                self._written_tiles.add(t.uid)
             return None
         taint = np.zeros(marks.shape, dtype=np.int32)
         carried = marks == _CARRIED
@@ -214,6 +224,7 @@ class Checker:
             dst, taint = self._carrying
             self._carrying = None
             carried = taint > 0
+            self._written_tiles.discard(dst.uid)
             self._view(dst, every_byte=True)[carried] = _CARRIED
             self._origin_view(dst, every_byte=True)[carried] = taint[carried][:, None]
 
