@@ -9,10 +9,11 @@ Next to whole-array numpy, ``loop ms`` is a plain numpy loop over the same tiles
 (the floor for a simulator that executes tile by tile) and ``/loop`` nkisim's ratio to it.
 
 Then the per-instruction figures: simulated instructions per second of small-tile
-kernels (``benchmarks/small_kernels.py``) in a full run and shapes-only, and the
-bytes a finished profile retains per instruction. ``--tutorial`` adds the shapes-only
-profile of the matmul tutorial's [4096, 8192] @ [8192, 8192] bfloat16 (``matmul_tiled``,
-about 99k instructions).
+kernels (``benchmarks/small_kernels.py``) in a full run and shapes-only, the
+bytes a finished profile retains per instruction, and the bytes per instruction at the
+peak of a run (above the memory that does not grow with the instruction count).
+``--tutorial`` adds the shapes-only profile of the matmul tutorial's [4096, 8192] @
+[8192, 8192] bfloat16 (``matmul_tiled``, about 99k instructions).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,17 @@ from nkisim.examples.matmul import matmul_tiled
 from nkisim.examples.tensor_add import nki_tensor_add
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from small_kernels import engine_mix, vector_chain
+from small_kernels import TILE, engine_mix, vector_chain
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """What :func:`memory_per_instruction` measured."""
+
+    instructions: int
+    retained: float
+    peak: float
+    fixed: float
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -105,18 +117,30 @@ def rates(name: str, kernel: Any, inputs: list[np.ndarray], repeat: int) -> None
     )
 
 
-def retained_bytes(kernel: Any, inputs: list[np.ndarray]) -> tuple[int, float]:
-    """Instructions, and bytes per instruction still allocated once a shapes-only profile is finished."""
-    shapes = [(x.shape, x.dtype) for x in inputs]
-    nkisim.profile(kernel, shapes)  # warm-up: imports, caches
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    profile = nkisim.profile(kernel, shapes)
-    gc.collect()
-    after = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    return profile.instruction_count, (after - before) / profile.instruction_count
+def memory_per_instruction(kernel: Any, inputs: dict[str, Any], steps: tuple[int, int]) -> MemoryFigures:
+    """Bytes per instruction a shapes-only profile retains once finished, and at its peak while running.
+
+    The kernel runs with ``steps`` of two sizes. The peak of a run includes memory that does
+    not grow with the instruction count (the SBUF/PSUM storage, the dependency grids), so the
+    peak per instruction is the slope between the two sizes; ``fixed`` is the rest.
+    """
+    figures = []
+    for count in steps:
+        specs = {**inputs, "steps": count}
+        nkisim.profile(kernel, specs)  # warm-up: imports, caches
+        gc.collect()
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        profile = nkisim.profile(kernel, specs)
+        peak = tracemalloc.get_traced_memory()[1]
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        figures.append((profile.instruction_count, after - before, peak - before))
+    (n1, _, peak1), (n2, retained2, peak2) = figures
+    slope = (peak2 - peak1) / (n2 - n1)
+    return MemoryFigures(n2, retained2 / n2, slope, peak1 - slope * n1)
 
 
 def tutorial() -> None:
@@ -165,8 +189,12 @@ def main() -> None:
     rows = rng.standard_normal((1024, 64), dtype=np.float32)
     rates("(c) 2000 tensor_tensor", vector_chain, [x, y], args.repeat)
     rates("(d) DMA/Tensor/Vector/Scalar mix", engine_mix, [rows, x], args.repeat)
-    count, per = retained_bytes(vector_chain, [x, y])
-    print(f"retained by a finished profile: {per:,.0f} B per instruction ({count} instructions, (c) shapes-only)")
+    tile = (TILE, "float32")
+    mem = memory_per_instruction(vector_chain, {"a": tile, "b": tile}, (1000, 4000))
+    print(
+        f"retained by a finished profile: {mem.retained:,.0f} B per instruction ({mem.instructions} instructions, "
+        f"(c) shapes-only); peak while running: {mem.peak:,.0f} B per instruction above {mem.fixed / 2**20:,.1f} MiB"
+    )
     if args.tutorial:
         tutorial()
 
