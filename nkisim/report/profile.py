@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import operator
 import os
+from array import array
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import overload
+
+import numpy as np
 
 from nkisim.errors import Diagnostic
 from nkisim.hw import HwConfig
@@ -50,6 +55,64 @@ class InstructionRecord:
         return self.end_ns - self.start_ns
 
 
+class InstructionList(Sequence[InstructionRecord]):
+    """A timeline's instructions as :class:`InstructionRecord` values, made when read.
+
+    Indexing, slicing, iteration, ``len`` and comparison with a list work as on a list;
+    no record is kept, so a long timeline costs nothing until its records are read.
+    """
+
+    def __init__(self, timeline: Timeline) -> None:
+        self._tl = timeline
+        self._sites: list[tuple[str, str, int, float]] | None = None
+
+    def _site_values(self) -> list[tuple[str, str, int, float]]:
+        if self._sites is None or len(self._sites) != len(self._tl.sites):
+            self._sites = [(s.opcode, str(s.source), s.bytes, s.flops) for s in self._tl.sites]
+        return self._sites
+
+    def __len__(self) -> int:
+        return len(self._tl)
+
+    @overload
+    def __getitem__(self, index: int) -> InstructionRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[InstructionRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> InstructionRecord | list[InstructionRecord]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self._tl)
+        i = operator.index(index)
+        if i < 0:
+            i += count
+        if not 0 <= i < count:
+            raise IndexError("instruction index out of range")
+        tl = self._tl
+        opcode, source, nbytes, flops = self._site_values()[tl.site_id[i]]
+        track = tl.tracks[tl.track_id[i]]
+        return InstructionRecord(i, opcode, track, tl.start_ns[i], tl.end_ns[i], source, tl.producer[i], nbytes, flops)
+
+    def __iter__(self) -> Iterator[InstructionRecord]:
+        tl = self._tl
+        sites, tracks = self._site_values(), tl.tracks
+        columns = zip(tl.site_id, tl.track_id, tl.start_ns, tl.end_ns, tl.producer)
+        for i, (site, track, start, end, producer) in enumerate(columns):
+            opcode, source, nbytes, flops = sites[site]
+            yield InstructionRecord(i, opcode, tracks[track], start, end, source, producer, nbytes, flops)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, InstructionList)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 class Profile:
     """The simulated timeline of one kernel run.
 
@@ -73,23 +136,9 @@ class Profile:
         self.kernel = kernel
 
     @cached_property
-    def instructions(self) -> list[InstructionRecord]:
-        """Every instruction, in program order."""
-        tl = self._tl
-        return [
-            InstructionRecord(
-                i,
-                tl.opcode[i],
-                tl.track[i],
-                tl.start_ns[i],
-                tl.end_ns[i],
-                str(tl.source[i]),
-                tl.producer[i],
-                tl.bytes[i],
-                tl.flops[i],
-            )
-            for i in range(len(tl))
-        ]
+    def instructions(self) -> InstructionList:
+        """Every instruction, in program order (a sequence of :class:`InstructionRecord`, made when read)."""
+        return InstructionList(self._tl)
 
     @property
     def instruction_count(self) -> int:
@@ -98,7 +147,7 @@ class Profile:
     @cached_property
     def total_ns(self) -> float:
         """From the start to the end of the last instruction (the kernel's latency)."""
-        return max(self._tl.end_ns, default=0.0)
+        return float(self._tl.column("end_ns").max()) if len(self._tl) else 0.0
 
     @property
     def total_cycles(self) -> int:
@@ -108,7 +157,15 @@ class Profile:
     @cached_property
     def cores(self) -> tuple[str, ...]:
         """Track-name prefixes of the NeuronCores (``("",)``; with ``kernel[2]``, ``("core0 ", "core1 ")``)."""
-        return tuple(sorted({split_core(track)[0] for track in self._tl.track})) or ("",)
+        return tuple(sorted({split_core(track)[0] for track in self._used_tracks()})) or ("",)
+
+    def _used_tracks(self) -> list[str]:
+        """The tracks instructions ran on, in order of first use."""
+        counts = self._track_counts()
+        return [track for track, count in zip(self._tl.tracks, counts) if count]
+
+    def _track_counts(self) -> list[int]:
+        return np.bincount(self._tl.column("track_id"), minlength=len(self._tl.tracks)).tolist()
 
     @cached_property
     def engine_busy_ns(self) -> dict[str, float]:
@@ -117,27 +174,35 @@ class Profile:
         With several cores, keys are prefixed by the core: ``core0 Vector``, ``core1 DMA``.
         """
         busy = {core + name: 0.0 for core in self.cores for name in ENGINE_ORDER}
-        dma_intervals: dict[str, list[tuple[float, float]]] = {core: [] for core in self.cores}
         tl = self._tl
-        for track, end, occupied in zip(tl.track, tl.end_ns, tl.busy_ns):
+        track_id, busy_ns = tl.column("track_id"), tl.column("busy_ns")
+        per_track = np.bincount(track_id, weights=busy_ns, minlength=len(tl.tracks)).tolist()
+        dma_tracks: dict[str, list[int]] = {core: [] for core in self.cores}
+        for number, (track, count) in enumerate(zip(tl.tracks, self._track_counts())):
             core, engine = split_core(track)
+            if not count:
+                continue
             if engine.startswith("DMA"):
-                dma_intervals[core].append((end - occupied, end))
+                dma_tracks[core].append(number)
             else:
-                busy[track] = busy.get(track, 0.0) + occupied  # a unit track (GpSimd 3, TPC 7) adds its own key
+                busy[track] = busy.get(track, 0.0) + per_track[number]  # a unit track (GpSimd 3) adds its own key
+        end = tl.column("end_ns")
         for core in self.cores:
-            busy[core + "DMA"] = _union_length(dma_intervals[core])
+            mine = np.isin(track_id, dma_tracks[core])
+            busy[core + "DMA"] = _union_length(end[mine] - busy_ns[mine], end[mine])
         return busy
 
     @cached_property
     def queue_busy_ns(self) -> dict[str, float]:
         """Time each DMA queue had a transfer outstanding."""
-        busy: dict[str, float] = defaultdict(float)
         tl = self._tl
-        for track, start, end in zip(tl.track, tl.start_ns, tl.end_ns):
-            if track.startswith("DMA"):
-                busy[track] += end - start
-        return dict(busy)
+        duration = tl.column("end_ns") - tl.column("start_ns")
+        per_track = np.bincount(tl.column("track_id"), weights=duration, minlength=len(tl.tracks)).tolist()
+        return {
+            track: per_track[number]
+            for number, (track, count) in enumerate(zip(tl.tracks, self._track_counts()))
+            if count and track.startswith("DMA")
+        }
 
     def engine_utilisation(self) -> dict[str, float]:
         """Busy time of each engine as a fraction of the kernel's total time."""
@@ -149,24 +214,33 @@ class Profile:
         """Model FLOPs utilisation: Tensor Engine flops over its bf16 peak for the kernel's time."""
         if not self.total_ns:
             return 0.0
-        return sum(self._tl.flops) / (analysis.peak_flops_per_ns(self.hw) * len(self.cores) * self.total_ns)
+        return self._site_sum("flops") / (analysis.peak_flops_per_ns(self.hw) * len(self.cores) * self.total_ns)
 
     @cached_property
     def dma_bandwidth_utilisation(self) -> float:
         """Bytes moved by DMA over what the core's DMA bandwidth could move in the kernel's time."""
         if not self.total_ns:
             return 0.0
-        return sum(self._tl.bytes) / (self.hw.dma.bytes_per_ns * len(self.cores) * self.total_ns)
+        return self._site_sum("bytes") / (self.hw.dma.bytes_per_ns * len(self.cores) * self.total_ns)
+
+    def _site_sum(self, name: str) -> float:
+        """A site value summed over the instructions in program order (the float a loop gives)."""
+        values = [getattr(site, name) for site in self._tl.sites]
+        return sum(map(values.__getitem__, self._tl.site_id))
 
     @cached_property
+    def _critical(self) -> array[int]:
+        return array("i", analysis.critical_path(self._tl))
+
+    @property
     def critical_path(self) -> list[InstructionRecord]:
         """The chain of instructions that sets the total time, first to last."""
-        return [self.instructions[i] for i in analysis.critical_path(self._tl)]
+        return [self.instructions[i] for i in self._critical]
 
     @cached_property
     def critical_ns_by_engine(self) -> dict[str, float]:
         """Time on the critical path spent in each engine (``DMA`` for all queues)."""
-        return analysis.critical_time_by_engine(self._tl, analysis.critical_path(self._tl))
+        return analysis.critical_time_by_engine(self._tl, list(self._critical))
 
     @property
     def bottleneck(self) -> str:
@@ -181,7 +255,7 @@ class Profile:
 
     def line_costs(self) -> list[analysis.LineCost]:
         """Per kernel line: instructions, busy time, waits and critical-path share, costliest first."""
-        return analysis.line_costs(self._tl, analysis.critical_path(self._tl))
+        return analysis.line_costs(self._tl, list(self._critical))
 
     def table(self, lines: int = 10) -> str:
         """A readable report: the summary, utilisation, the bottleneck and the costliest kernel lines."""
@@ -195,7 +269,7 @@ class Profile:
         shares = ", ".join(
             f"{name} {100 * ns / total:.0f}%" for name, ns in sorted(critical.items(), key=lambda kv: -kv[1])
         )
-        out.append(f"  critical path: {len(self.critical_path)} instructions ({shares})")
+        out.append(f"  critical path: {len(self._critical)} instructions ({shares})")
         waits = {k: v for k, v in self.semaphore_wait_ns.items() if v > 0}
         if waits:
             out.append("  waiting on semaphores: " + ", ".join(f"{k} {v / 1000:.3f} us" for k, v in waits.items()))
@@ -220,9 +294,9 @@ class Profile:
     def summary(self) -> str:
         """A short text report: total time, per-engine busy %, instruction counts."""
         counts: dict[str, int] = defaultdict(int)
-        for track in self._tl.track:
+        for track, count in zip(self._tl.tracks, self._track_counts()):
             core, engine = split_core(track)
-            counts[core + "DMA" if engine.startswith("DMA") else track] += 1
+            counts[core + "DMA" if engine.startswith("DMA") else track] += count
         width = 8 + len(self.cores[0])
         lines = [
             f"{self.kernel + ' on ' if self.kernel else ''}target {self.target}: {self.total_ns / 1000:.3f} us "
@@ -250,7 +324,8 @@ class Profile:
         Open it at ui.perfetto.dev or chrome://tracing. Times are in microseconds. A path
         ending in ``.gz`` is written gzip-compressed (both viewers open it).
         """
-        tracks = sorted(set(self._tl.track), key=track_key)
+        tl = self._tl
+        tracks = sorted(self._used_tracks(), key=track_key)
         tid = {name: i + 1 for i, name in enumerate(tracks)}
         events: list[dict[str, object]] = [
             {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"NeuronCore ({self.target})"}}
@@ -260,16 +335,18 @@ class Profile:
             events.append(
                 {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid[name], "args": {"sort_index": tid[name]}}
             )
-        for rec, operands in zip(self.instructions, self._tl.args):
+        described = [[(key, _describe(value)) for key, value in site.args] for site in tl.sites]
+        records = self.instructions
+        for rec, site in zip(records, tl.site_id):
             args: dict[str, object] = {"index": rec.index, "source": rec.source}
-            args.update((key, _describe(value)) for key, value in operands)
+            args.update(described[site])
             if rec.bytes:
                 args["bytes"] = rec.bytes
             if rec.flops:
                 args["flops"] = rec.flops
             if rec.producer >= 0:
                 args["waits_for"] = rec.producer
-                producer = self.instructions[rec.producer]
+                producer = records[rec.producer]
                 flow = {"name": "dependency", "cat": "dependency", "pid": 1, "id": rec.index}
                 events.append({**flow, "ph": "s", "tid": tid[producer.engine], "ts": producer.end_ns / 1000.0})
                 events.append({**flow, "ph": "f", "bp": "e", "tid": tid[rec.engine], "ts": rec.start_ns / 1000.0})
@@ -299,10 +376,12 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__}.{name}" if isinstance(name, str) and hasattr(value, "value") else repr(value)
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """The length of the union of the intervals ``[starts[i], ends[i]]``."""
     total = 0.0
     current_start = current_end = None
-    for start, end in sorted(intervals):
+    order = np.lexsort((ends, starts))  # by start, then end
+    for start, end in zip(starts[order].tolist(), ends[order].tolist()):
         if current_end is None or start > current_end:
             if current_end is not None:
                 total += current_end - current_start  # type: ignore[operator]

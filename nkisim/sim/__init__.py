@@ -2,7 +2,8 @@
 
 from nkisim.sim.deps import AccessTracker
 from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS, PROGRESS_EVERY, Budget, Instruction, Machine
-from nkisim.sim.scheduler import BandwidthCalendar, Scheduler, Timeline
+from nkisim.sim.scheduler import BandwidthCalendar, Scheduler
+from nkisim.sim.timeline import Site, Timeline
 
 __all__ = [
     "DEFAULT_MAX_INSTRUCTIONS",
@@ -13,5 +14,6 @@ __all__ = [
     "Instruction",
     "Machine",
     "Scheduler",
+    "Site",
     "Timeline",
 ]

@@ -17,7 +17,6 @@ The kernel's inputs are shared too. SBUF, PSUM and private HBM are per program.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from nkisim.hw import HwConfig
 from nkisim.memory import Buffer, MemorySystem, Tensor
 from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import describe
-from nkisim.sim.scheduler import Timeline
+from nkisim.sim.timeline import Timeline
 
 
 class _Aborted(BaseException):
@@ -228,20 +227,6 @@ class SharedHbmMemory(MemorySystem):
         return tensor
 
 
-#: Timeline columns that hold instruction indices (shifted when timelines are merged).
-_INDEX_COLUMNS = ("producer", "pred")
-
-
 def merge_timelines(timelines: list[Timeline]) -> Timeline:
     """The cores' timelines side by side, one after the other, on tracks named ``core<i> <engine>``."""
-    merged = Timeline()
-    for core, tl in enumerate(timelines):
-        shift = len(merged)
-        for column in dataclasses.fields(Timeline):
-            values = getattr(tl, column.name)
-            if column.name == "track":
-                values = [f"core{core} {track}" for track in values]
-            elif column.name in _INDEX_COLUMNS:
-                values = [i + shift if i >= 0 else i for i in values]
-            getattr(merged, column.name).extend(values)
-    return merged
+    return Timeline.side_by_side(timelines, [f"core{core} " for core in range(len(timelines))])

@@ -21,13 +21,15 @@
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 
 from nkisim.errors import SourceLoc
 from nkisim.hw import QUEUED_ENGINES, Engine, HwConfig
 from nkisim.isa import Cost
 from nkisim.memory import Region
 from nkisim.sim.deps import AccessTracker
+from nkisim.sim.timeline import Operands, Timeline
+
+__all__ = ["BandwidthCalendar", "Scheduler", "Timeline"]
 
 
 class BandwidthCalendar:
@@ -66,39 +68,14 @@ class BandwidthCalendar:
         ends.insert(i, end)
 
 
-@dataclass
-class Timeline:
-    """The scheduled program as parallel columns, one entry per instruction."""
-
-    opcode: list[str] = field(default_factory=list)
-    track: list[str] = field(default_factory=list)
-    start_ns: list[float] = field(default_factory=list)
-    end_ns: list[float] = field(default_factory=list)
-    busy_ns: list[float] = field(default_factory=list)
-    source: list[SourceLoc] = field(default_factory=list)
-    producer: list[int] = field(default_factory=list)
-    #: What set the start: the producer when data was late, else the previous instruction on the track (-1: none).
-    pred: list[int] = field(default_factory=list)
-    #: Time the engine or queue sat idle before this instruction, waiting for its producers.
-    wait_ns: list[float] = field(default_factory=list)
-    bytes: list[int] = field(default_factory=list)
-    flops: list[float] = field(default_factory=list)
-    #: The instruction's operands, as ``(argument, value)`` pairs with tensors described by
-    #: ``(buffer, dtype, shape)`` (kept small: no tensor objects, which would hold memory).
-    args: list[tuple[tuple[str, object], ...]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.opcode)
-
-
 class Scheduler:
     """Assigns each instruction, in program order, a start and end time."""
 
     def __init__(self, hw: HwConfig) -> None:
         self.hw = hw
         self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
-        self._track_ids: dict[str, int] = {}
         self.timeline = Timeline()
+        self._dma_tracks = [f"DMA q{queue}" for queue in range(hw.dma.queues)]
         #: When each compute track (an engine, or one unit of a replicated engine) is free.
         self._engine_free: dict[str, float] = {}
         self._queue_free = [0.0] * hw.dma.queues
@@ -122,7 +99,7 @@ class Scheduler:
         """
         if engine is Engine.dma:
             queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
-            return f"DMA q{queue}", queue
+            return self._dma_tracks[queue], queue
         return (engine.title if unit is None else f"{engine.title} {unit}"), -1
 
     def earliest_start(
@@ -131,7 +108,8 @@ class Scheduler:
         """When an instruction could start now (its data ready, its engine or queue free), without placing it."""
         track, queue = self._track(engine, unit)
         free = self._queue_free[queue] if queue >= 0 else self._engine_free.get(track, 0.0)
-        ready, _ = self.tracker.ready(reads, writes, self._track_ids.get(track, len(self._track_ids)))
+        track_id = self.timeline.known_track(track)
+        ready, _ = self.tracker.ready(reads, writes, len(self.timeline.tracks) if track_id is None else track_id)
         return max(ready, free)
 
     def schedule(
@@ -143,7 +121,7 @@ class Scheduler:
         writes: list[Region],
         source: SourceLoc,
         not_before: float = 0.0,
-        args: tuple[tuple[str, object], ...] = (),
+        args: Operands = (),
         unit: int | None = None,
     ) -> tuple[float, float]:
         """Place one instruction on the timeline; returns its (start, end) in ns.
@@ -153,7 +131,7 @@ class Scheduler:
         """
         tl = self.timeline
         track, queue = self._track(engine, unit)
-        track_id = self._track_ids.setdefault(track, len(self._track_ids))
+        track_id = tl.track_number(track)
         (_, read_producer), (ready, producer) = self.tracker.ready_both(reads, writes, track_id)
         previous = self._last_on_track.get(track, -1)
         if not_before > ready:
@@ -173,19 +151,10 @@ class Scheduler:
         visible = end + (0.0 if queue >= 0 else self._static_ns(engine, "access_latency_cycles"))
         index = len(tl)
         self._last_on_track[track] = index
-        tl.pred.append(producer if ready > free else previous)
-        tl.wait_ns.append(max(0.0, ready - free))
+        pred = producer if ready > free else previous
         self.tracker.commit(reads, writes, end, index, track_id, visible)
-        tl.opcode.append(opcode)
-        tl.track.append(track)
-        tl.start_ns.append(start)
-        tl.end_ns.append(end)
-        tl.busy_ns.append(busy)
-        tl.source.append(source)
-        tl.producer.append(producer)
-        tl.bytes.append(cost.bytes)
-        tl.flops.append(cost.flops)
-        tl.args.append(args)
+        wait = max(0.0, ready - free)
+        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, cost.bytes, cost.flops, args)
         return start, end
 
     def _static_ns(self, engine: Engine, cycles_field: str) -> float:

@@ -551,7 +551,7 @@ def _timed(
         first, last = member_uops[m]
         machine.issue(Instruction("member", {"cycles": cycles, "instructions": last - first}, loc, unit=tpc_of[m]))
     timeline = machine.timeline
-    timeline.track[:] = ["TPC " + t.rsplit(" ", 1)[1] for t in timeline.track]
+    timeline.rename_tracks(lambda track: "TPC " + track.rsplit(" ", 1)[1])
     profile = Profile(timeline, hw, plan.name)
     total = max(1, sum(per_tpc.values()))
     return TpcResult(

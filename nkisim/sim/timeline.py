@@ -1,0 +1,231 @@
+"""The scheduled program as compact columns: about 50 bytes per instruction.
+
+A kernel issues the same few instructions from the same few lines many times over, so
+what an instruction shares with others issued from its line with the same operands (its
+opcode, source location, bytes, flops and operand summary) is kept once, as a
+:class:`Site`, and each instruction holds the site's number. Times and the indices of
+other instructions are typed columns (``array.array``: 8 bytes a time, 4 an index), and
+track names are numbered in the order they first appear.
+
+Sites are told apart strictly: ``1`` and ``1.0``, ``0.0`` and ``-0.0``, ``nl.add`` and
+the isa operator it equals, float32 and tfloat32 (equal numpy dtypes) are different
+operands, so every instruction reads back exactly the values it was given.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+import numpy as np
+
+from nkisim.errors import SourceLoc
+
+#: An instruction's operands as ``(argument, value)`` pairs, tensors as ``(buffer, dtype, shape)``.
+Operands = tuple[tuple[str, object], ...]
+
+
+class Site(NamedTuple):
+    """What the instructions issued from one kernel line with the same operands share.
+
+    Attributes:
+        opcode: the instruction name.
+        source: the kernel call that issued them.
+        bytes: bytes moved (DMA).
+        flops: floating-point operations (Tensor Engine).
+        args: the operands, as ``(argument, value)`` pairs with tensors described by
+            ``(buffer, dtype, shape)`` (no tensor objects, which would hold memory).
+    """
+
+    opcode: str
+    source: SourceLoc
+    bytes: int
+    flops: float
+    args: Operands
+
+
+class Column(array):  # type: ignore[type-arg]
+    """A typed column (``array.array``) that also compares equal to a list of the same values."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return self.tolist() == other
+        return super().__eq__(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Timeline:
+    """The scheduled program, one entry per instruction in program order.
+
+    Per instruction: ``start_ns``, ``end_ns``, ``busy_ns`` (time it occupied its engine or
+    DMA engines), ``wait_ns`` (time its engine or queue sat idle waiting for its
+    producers), ``producer`` (the instruction it waited for last, -1: none), ``pred``
+    (what set its start: the producer when data was late, else the previous instruction
+    on its track; -1: none), ``track_id`` (into :attr:`tracks`) and ``site_id`` (into
+    :attr:`sites`), each a :class:`Column`. The properties ``opcode``, ``track``, ``source``, ``bytes``,
+    ``flops`` and ``args`` give those values as lists, one entry per instruction.
+    """
+
+    def __init__(self) -> None:
+        self.start_ns = Column("d")
+        self.end_ns = Column("d")
+        self.busy_ns = Column("d")
+        self.wait_ns = Column("d")
+        self.producer = Column("i")
+        self.pred = Column("i")
+        self.track_id = Column("i")
+        self.site_id = Column("i")
+        #: Track names (``Vector``, ``DMA q3``, ``GpSimd 2``), numbered in order of first use.
+        self.tracks: list[str] = []
+        self._track_ids: dict[str, int] = {}
+        #: What instructions share, numbered in order of first use.
+        self.sites: list[Site] = []
+        self._site_ids: dict[tuple[object, ...], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def track_number(self, name: str) -> int:
+        """The number of track ``name``, given it if it is new."""
+        number = self._track_ids.get(name)
+        if number is None:
+            number = self._track_ids[name] = len(self.tracks)
+            self.tracks.append(name)
+        return number
+
+    def known_track(self, name: str) -> int | None:
+        """The number of track ``name`` if an instruction ran on it, else None."""
+        return self._track_ids.get(name)
+
+    def append(
+        self,
+        opcode: str,
+        track: int,
+        start: float,
+        end: float,
+        busy: float,
+        wait: float,
+        source: SourceLoc,
+        producer: int,
+        pred: int,
+        nbytes: int,
+        flops: float,
+        args: Operands = (),
+    ) -> None:
+        """Add one instruction (``track`` is a :meth:`track_number`)."""
+        self.start_ns.append(start)
+        self.end_ns.append(end)
+        self.busy_ns.append(busy)
+        self.wait_ns.append(wait)
+        self.producer.append(producer)
+        self.pred.append(pred)
+        self.track_id.append(track)
+        self.site_id.append(self._site(opcode, source, nbytes, flops, args))
+
+    def _site(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
+        key = (opcode, source, nbytes.__class__, nbytes, flops.__class__, flops, _strict(args, False))
+        try:
+            number = self._site_ids.get(key)
+        except TypeError:  # an operand that cannot be hashed (an array): told apart by identity
+            key = (*key[:-1], _strict(args, True))
+            number = self._site_ids.get(key)
+        if number is None:
+            number = self._site_ids[key] = len(self.sites)
+            self.sites.append(Site(opcode, source, nbytes, flops, args))
+        return number
+
+    # -- per-instruction values as lists -------------------------------------------------
+
+    def _per_instruction(self, values: list[object]) -> list[object]:
+        return [values[i] for i in self.site_id]
+
+    @property
+    def opcode(self) -> list[str]:
+        """Each instruction's opcode."""
+        return self._per_instruction([s.opcode for s in self.sites])  # type: ignore[return-value]
+
+    @property
+    def track(self) -> list[str]:
+        """The track each instruction ran on."""
+        tracks = self.tracks
+        return [tracks[i] for i in self.track_id]
+
+    @property
+    def source(self) -> list[SourceLoc]:
+        """The kernel call that issued each instruction."""
+        return self._per_instruction([s.source for s in self.sites])  # type: ignore[return-value]
+
+    @property
+    def bytes(self) -> list[int]:
+        """Bytes each instruction moved."""
+        return self._per_instruction([s.bytes for s in self.sites])  # type: ignore[return-value]
+
+    @property
+    def flops(self) -> list[float]:
+        """Floating-point operations of each instruction."""
+        return self._per_instruction([s.flops for s in self.sites])  # type: ignore[return-value]
+
+    @property
+    def args(self) -> list[Operands]:
+        """Each instruction's operand summary (see :attr:`Site.args`)."""
+        return self._per_instruction([s.args for s in self.sites])  # type: ignore[return-value]
+
+    def column(self, name: str) -> np.ndarray:
+        """A numeric column as a numpy array that shares its memory (the timeline cannot grow while it is held)."""
+        values = getattr(self, name)
+        return np.frombuffer(values, dtype=np.float64 if values.typecode == "d" else np.int32)
+
+    # -- whole-timeline edits ------------------------------------------------------------
+
+    def rename_tracks(self, rename: Callable[[str], str]) -> None:
+        """Give every track a new name; tracks that get the same name become one."""
+        old = self.tracks
+        self.tracks, self._track_ids = [], {}
+        numbers = [self.track_number(rename(name)) for name in old]
+        if numbers != list(range(len(old))):
+            self.track_id = Column("i", (numbers[i] for i in self.track_id))
+
+    @classmethod
+    def side_by_side(cls, timelines: Iterable[Timeline], prefixes: Iterable[str]) -> Timeline:
+        """Timelines one after the other, each one's track names prefixed; indices shifted to match."""
+        merged = cls()
+        for tl, prefix in zip(timelines, prefixes, strict=True):
+            shift = len(merged)
+            tracks = [merged.track_number(prefix + name) for name in tl.tracks]
+            sites = [merged._site(*site) for site in tl.sites]
+            for column in ("start_ns", "end_ns", "busy_ns", "wait_ns"):
+                getattr(merged, column).extend(getattr(tl, column))
+            for column in ("producer", "pred"):
+                getattr(merged, column).extend(i + shift if i >= 0 else i for i in getattr(tl, column))
+            merged.track_id.extend(tracks[i] for i in tl.track_id)
+            merged.site_id.extend(sites[i] for i in tl.site_id)
+        return merged
+
+
+def _strict(args: Operands, by_identity: bool) -> tuple[object, ...]:
+    """A key that tells apart operands Python calls equal (``1`` and ``1.0``, float32 and tfloat32).
+
+    ``by_identity``: values that cannot be hashed are keyed by their identity (the site keeps
+    them alive, so the identity stays theirs).
+    """
+    key: list[object] = []
+    for name, value in args:
+        cls = value.__class__
+        if cls is tuple and len(value) == 3 and value[2].__class__ is tuple:  # type: ignore[arg-type]
+            buffer, dtype, shape = value  # type: ignore[misc]
+            key.append((name, buffer, id(dtype), shape))  # dtypes differing only in metadata are equal
+        elif cls is float or isinstance(value, np.floating):
+            key.append((name, cls, value, math.copysign(1.0, value)))  # type: ignore[arg-type]
+        elif cls is tuple:
+            key.append((name, cls, repr(value)))
+        elif by_identity and cls.__hash__ is None:
+            key.append((name, cls, id(value)))
+        else:
+            key.append((name, cls, value))
+    return tuple(key)
