@@ -76,6 +76,7 @@ class Scheduler:
         self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
         self.timeline = Timeline()
         self._dma_tracks = [f"DMA q{queue}" for queue in range(hw.dma.queues)]
+        self._compute_tracks: dict[tuple[Engine, int | None], str] = {}
         #: When each compute track (an engine, or one unit of a replicated engine) is free.
         self._engine_free: dict[str, float] = {}
         self._queue_free = [0.0] * hw.dma.queues
@@ -98,9 +99,13 @@ class Scheduler:
         A replicated engine (several cores of one kind) has one in-order track per ``unit``.
         """
         if engine is Engine.dma:
-            queue = min(range(len(self._queue_free)), key=self._queue_free.__getitem__)
+            free = self._queue_free
+            queue = free.index(min(free))  # the first of the queues free earliest
             return self._dma_tracks[queue], queue
-        return (engine.title if unit is None else f"{engine.title} {unit}"), -1
+        track = self._compute_tracks.get((engine, unit))
+        if track is None:
+            track = self._compute_tracks[engine, unit] = engine.title if unit is None else f"{engine.title} {unit}"
+        return track, -1
 
     def earliest_start(
         self, engine: Engine, reads: list[Region], writes: list[Region], unit: int | None = None
@@ -145,7 +150,7 @@ class Scheduler:
                 # reading the result of the instruction just before on this engine
                 ready += self._static_ns(engine, "dependent_overhead_cycles")
             free = self._engine_free.get(track, 0.0)
-            start, busy = self._place_compute(engine, track, ready, free, cost, reads + writes)
+            start, busy = self._place_compute(engine, track, ready, free, cost, reads, writes)
             end = start + busy + cost.latency_ns
         # results are readable an SBUF/PSUM access latency after the last write
         visible = end + (0.0 if queue >= 0 else self._static_ns(engine, "access_latency_cycles"))
@@ -171,7 +176,14 @@ class Scheduler:
         return ns
 
     def _place_compute(
-        self, engine: Engine, track: str, ready: float, free: float, cost: Cost, regions: list[Region]
+        self,
+        engine: Engine,
+        track: str,
+        ready: float,
+        free: float,
+        cost: Cost,
+        reads: list[Region],
+        writes: list[Region],
     ) -> tuple[float, float]:
         """Start and occupancy of a compute instruction, after its setup stage and shared ports."""
         busy = cost.busy_ns
@@ -190,11 +202,15 @@ class Scheduler:
             if self._table is not None:
                 busy += self.hw.scalar.table_switch_cycles / self.hw.scalar.clock_ghz
             self._table = cost.table
-        ports = [p.name for p in self._ports[engine] if any(r.storage.kind == p.memory for r in regions)]
-        for port in ports:
-            start = max(start, self._port_free[port])
-        for port in ports:
-            self._port_free[port] = start + busy
+        engine_ports = self._ports[engine]
+        if engine_ports:
+            memories = {r.storage.kind for r in reads}
+            memories.update(r.storage.kind for r in writes)
+            ports = [p.name for p in engine_ports if p.memory in memories]
+            for port in ports:
+                start = max(start, self._port_free[port])
+            for port in ports:
+                self._port_free[port] = start + busy
         self._engine_free[track] = start + busy
         if engine is Engine.tensor:
             self._matmul_start = start

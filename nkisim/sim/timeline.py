@@ -86,7 +86,7 @@ class Timeline:
         self._track_ids: dict[str, int] = {}
         #: What instructions share, numbered in order of first use.
         self.sites: list[Site] = []
-        self._site_ids: dict[tuple[object, ...], int] = {}
+        self._site_ids: dict[tuple[object, ...], list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -129,15 +129,33 @@ class Timeline:
         self.site_id.append(self._site(opcode, source, nbytes, flops, args))
 
     def _site(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
-        key = (opcode, source, nbytes.__class__, nbytes, flops.__class__, flops, _strict(args, False))
+        """The number of the site these values belong to, made if it is new.
+
+        Sites are found by equality (one hash of the values) and then told apart strictly:
+        the sites equal to these values are listed under one key, and the one that is
+        also :func:`_same` is theirs.
+        """
+        key = (opcode, source, nbytes, flops, args)
         try:
-            number = self._site_ids.get(key)
+            numbers = self._site_ids.get(key)
         except TypeError:  # an operand that cannot be hashed (an array): told apart by identity
-            key = (*key[:-1], _strict(args, True))
-            number = self._site_ids.get(key)
-        if number is None:
-            number = self._site_ids[key] = len(self.sites)
-            self.sites.append(Site(opcode, source, nbytes, flops, args))
+            key = (opcode, source, nbytes, flops, _by_identity(args))
+            numbers = self._site_ids.get(key)
+        if numbers is not None:
+            sites = self.sites
+            for number in numbers:
+                site = sites[number]
+                if (
+                    site.bytes.__class__ is nbytes.__class__
+                    and site.flops.__class__ is flops.__class__
+                    and _same(args, site.args)
+                ):
+                    return number
+        else:
+            numbers = self._site_ids[key] = []
+        number = len(self.sites)
+        numbers.append(number)
+        self.sites.append(Site(opcode, source, nbytes, flops, args))
         return number
 
     # -- per-instruction values as lists -------------------------------------------------
@@ -208,24 +226,31 @@ class Timeline:
         return merged
 
 
-def _strict(args: Operands, by_identity: bool) -> tuple[object, ...]:
-    """A key that tells apart operands Python calls equal (``1`` and ``1.0``, float32 and tfloat32).
+def _same(new: Operands, old: Operands) -> bool:
+    """Whether operands already known to be equal are also the same values (``1`` is not ``1.0``).
 
-    ``by_identity``: values that cannot be hashed are keyed by their identity (the site keeps
-    them alive, so the identity stays theirs).
+    Equal operand summaries have the same names and equal values; they differ only where
+    Python calls different values equal: another type (``1`` and ``1.0`` and ``True``, an
+    isa operator and the ``nl`` constant equal to it), the sign of a zero, or dtypes that
+    differ only in their metadata (float32 and tfloat32).
     """
-    key: list[object] = []
-    for name, value in args:
-        cls = value.__class__
-        if cls is tuple and len(value) == 3 and value[2].__class__ is tuple:  # type: ignore[arg-type]
-            buffer, dtype, shape = value  # type: ignore[misc]
-            key.append((name, buffer, id(dtype), shape))  # dtypes differing only in metadata are equal
-        elif cls is float or isinstance(value, np.floating):
-            key.append((name, cls, value, math.copysign(1.0, value)))  # type: ignore[arg-type]
-        elif cls is tuple:
-            key.append((name, cls, repr(value)))
-        elif by_identity and cls.__hash__ is None:
-            key.append((name, cls, id(value)))
-        else:
-            key.append((name, cls, value))
-    return tuple(key)
+    for (_, x), (_, y) in zip(new, old):
+        if x is y:
+            continue
+        cls = x.__class__
+        if cls is not y.__class__:
+            return False
+        if cls is tuple:
+            if len(x) == 3 and x[2].__class__ is tuple:  # type: ignore[arg-type]
+                if x[1] is not y[1] and x[1].metadata != y[1].metadata:  # type: ignore[index, union-attr]
+                    return False
+            elif repr(x) != repr(y):
+                return False
+        elif (cls is float or isinstance(x, np.floating)) and math.copysign(1.0, x) != math.copysign(1.0, y):  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def _by_identity(args: Operands) -> Operands:
+    """``args`` with each value that cannot be hashed replaced by its identity (its site keeps it alive)."""
+    return tuple((name, id(value) if value.__class__.__hash__ is None else value) for name, value in args)
