@@ -12,6 +12,7 @@ from nkisim.report.tracks import track_key
 
 if TYPE_CHECKING:
     from nkisim.report.profile import Profile
+    from nkisim.sim import Timeline
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
 _WIDTH = 1200
@@ -21,13 +22,14 @@ _ROW = 22
 _DETAIL_LIMIT = 5000
 
 
-def _occupancy(intervals: list[tuple[float, float, str, str]], scale: float, pixels: int) -> np.ndarray:
+def _occupancy(starts: np.ndarray, ends: np.ndarray, scale: float, pixels: int) -> np.ndarray:
     """The busy fraction of each pixel column, for timelines too dense to draw bar by bar.
 
     The busy time before ``t`` is piecewise linear over the sorted intervals (a track's
     intervals do not overlap), so each column's share is a difference of two lookups.
     """
-    spans = np.array(sorted((s, e) for s, e, _, _ in intervals), dtype=float).reshape(-1, 2)
+    order = np.lexsort((ends, starts))
+    spans = np.stack([starts[order], ends[order]], axis=1).astype(float).reshape(-1, 2)
     durations = spans[:, 1] - spans[:, 0]
     before = np.concatenate([[0.0], np.cumsum(durations)[:-1]])
     times = spans.reshape(-1)
@@ -39,16 +41,18 @@ def _occupancy(intervals: list[tuple[float, float, str, str]], scale: float, pix
 
 def render_html(profile: Profile) -> str:
     """The page as a string."""
-    records = profile.instructions
-    tracks = sorted({r.engine for r in records}, key=track_key)
+    tl = profile.timeline
+    tracks = sorted({tl.tracks[i] for i in set(tl.track_id)}, key=track_key)
     total = profile.total_ns or 1.0
     scale = (_WIDTH - _LABEL - 10) / total
-    opcodes = sorted({r.opcode for r in records})
+    opcodes = sorted({site.opcode for site in tl.sites})
     color = {op: _PALETTE[i % len(_PALETTE)] for i, op in enumerate(opcodes)} | {"mixed": "#888888"}
+    dense = len(tl) > _DETAIL_LIMIT
     by_track: dict[str, list[tuple[float, float, str, str]]] = {t: [] for t in tracks}
-    for r in records:
-        title = f"{r.opcode} #{r.index} {r.source} {r.start_ns:.0f}-{r.end_ns:.0f} ns"
-        by_track[r.engine].append((r.start_ns, r.end_ns, r.opcode, title))
+    if not dense:
+        for r in profile.instructions:
+            title = f"{r.opcode} #{r.index} {r.source} {r.start_ns:.0f}-{r.end_ns:.0f} ns"
+            by_track[r.engine].append((r.start_ns, r.end_ns, r.opcode, title))
     height = 30 + _ROW * len(tracks)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" font-family="sans-serif" '
@@ -58,11 +62,10 @@ def render_html(profile: Profile) -> str:
         y = 20 + row * _ROW
         parts.append(f'<text x="4" y="{y + 14}">{html.escape(track)}</text>')
         parts.append(f'<rect x="{_LABEL}" y="{y}" width="{_WIDTH - _LABEL - 10}" height="{_ROW - 4}" fill="#f3f3f3"/>')
-        bars = by_track[track]
-        if len(records) > _DETAIL_LIMIT:
-            parts.extend(_occupancy_bars(bars, scale, y, color))
+        if dense:
+            parts.extend(_occupancy_bars(tl, tl.tracks.index(track), scale, y, color))
             continue
-        for start, end, opcode, title in bars:
+        for start, end, opcode, title in by_track[track]:
             x = _LABEL + start * scale
             w = max((end - start) * scale, 0.5)
             tip = f"<title>{html.escape(title)}</title>" if title else ""
@@ -105,15 +108,16 @@ def _diagnostics(profile: Profile) -> str:
     )
 
 
-def _occupancy_bars(
-    bars: list[tuple[float, float, str, str]], scale: float, y: int, colors: dict[str, str]
-) -> list[str]:
+def _occupancy_bars(tl: Timeline, track: int, scale: float, y: int, colors: dict[str, str]) -> list[str]:
     """One bar a pixel column, as tall as the track was busy there, in its commonest opcode's colour."""
     pixels = _WIDTH - _LABEL - 10
-    opcodes = [b[2] for b in bars]
-    fill = colors[max(set(opcodes), key=opcodes.count)]
+    mine = tl.column("track_id") == track
+    opcode_numbers: dict[str, int] = {}
+    opcode_of_site = np.array([opcode_numbers.setdefault(s.opcode, len(opcode_numbers)) for s in tl.sites])
+    counts = np.bincount(opcode_of_site[tl.column("site_id")[mine]], minlength=len(opcode_numbers))
+    fill = colors[min(op for op, i in opcode_numbers.items() if counts[i] == counts.max())]
     out = []
-    for x, fraction in enumerate(_occupancy(bars, scale, pixels)):
+    for x, fraction in enumerate(_occupancy(tl.column("start_ns")[mine], tl.column("end_ns")[mine], scale, pixels)):
         if fraction > 0:
             h = (_ROW - 4) * fraction
             out.append(f'<rect x="{_LABEL + x}" y="{y + _ROW - 4 - h:.1f}" width="1" height="{h:.1f}" fill="{fill}"/>')

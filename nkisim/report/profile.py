@@ -135,6 +135,11 @@ class Profile:
         self.reference_clock_ghz = hw.reference_clock_ghz
         self.kernel = kernel
 
+    @property
+    def timeline(self) -> Timeline:
+        """The scheduled program as compact columns (:class:`~nkisim.sim.Timeline`)."""
+        return self._tl
+
     @cached_property
     def instructions(self) -> InstructionList:
         """Every instruction, in program order (a sequence of :class:`InstructionRecord`, made when read)."""
