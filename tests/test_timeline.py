@@ -171,3 +171,27 @@ def test_line_totals_add_in_program_order() -> None:
     assert line.busy_ns == ((0.0 + 1e16) + 1.0) - 1e16 == 0.0
     assert line.engines == {"Vector": 0.0}
     assert profile.engine_busy_ns["Vector"] == 0.0
+
+
+@nki.jit
+def rescaled(a, steps):
+    x = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    for i in range(steps):
+        nisa.activation(dst=x, op=nl.copy, data=x, scale=1.0 + i)  # another scalar each time
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def test_without_operands_a_changing_scalar_adds_no_site() -> None:
+    inputs = {"a": ((8, 16), "float32"), "steps": 20}
+    kept = nkisim.profile(rescaled, inputs).timeline
+    dropped = nkisim.profile(rescaled, inputs, operands=False).timeline
+    assert [dict(args)["scale"] for args in kept.args[1:-1]] == [1.0 + i for i in range(20)]
+    assert len(kept.sites) == 2 + 20
+    assert len(dropped.sites) == 3 and dropped.args == [()] * 22  # the two copies and the activation line
+    for column in ("opcode", "track", "start_ns", "end_ns", "busy_ns", "wait_ns", "producer", "pred", "bytes"):
+        assert getattr(dropped, column) == getattr(kept, column), column
+    with pytest.raises(TypeError, match="operands must be True or False"):
+        nkisim.profile(rescaled, inputs, operands="no")  # type: ignore[arg-type]

@@ -77,7 +77,14 @@ class KernelContext:
         peer = Peer(launch, program_id) if launch is not None else None
         checker = Checker(findings, hw) if findings is not None else None
         self.machine = Machine(
-            hw, compute=compute, memory=memory, peer=peer, on_progress=_PROGRESS.get(), budget=budget, checker=checker
+            hw,
+            compute=compute,
+            memory=memory,
+            peer=peer,
+            on_progress=_PROGRESS.get(),
+            budget=budget,
+            checker=checker,
+            operands=_OPERANDS.get(),
         )
         #: ``nl.device_print`` output already shown in this run.
         self.prints = prints if prints is not None else PrintLog()
@@ -122,6 +129,17 @@ class KernelContext:
 
 _CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)
 _PROGRESS: ContextVar[Callable[[int], None] | None] = ContextVar("nkisim_progress", default=None)
+_OPERANDS: ContextVar[bool] = ContextVar("nkisim_operands", default=True)
+
+
+@contextlib.contextmanager
+def keeping_operands(keep: bool) -> Iterator[None]:
+    """Whether kernels started inside keep each instruction's operand summary on their timeline."""
+    token = _OPERANDS.set(keep)
+    try:
+        yield
+    finally:
+        _OPERANDS.reset(token)
 
 
 @contextlib.contextmanager

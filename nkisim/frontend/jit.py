@@ -15,7 +15,7 @@ import numpy as np
 
 from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.blas import single_threaded_blas
-from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, leave
+from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, keeping_operands, leave
 from nkisim.frontend.frameworks import adapter, framework_of
 from nkisim.frontend.loops import AFFINE_ORDERS
 from nkisim.frontend.loops import affine_order as run_affine_in
@@ -162,6 +162,7 @@ def run(
     timeout: float | None = None,
     check: str | None = None,
     affine_order: str = "in-order",
+    operands: bool = True,
 ) -> RunResult:
     """Simulate ``kernel`` on ``inputs`` and return its outputs and profile.
 
@@ -184,14 +185,19 @@ def run(
             changes the default (for instance to run a whole test suite under ``strict``).
         affine_order: ``"in-order"`` (the default), ``"reversed"`` or ``"shuffled"``: the order
             the iterations of ``nl.affine_range`` loops run in, to expose order dependence.
+        operands: keep each instruction's operand summary (the operands the Perfetto trace
+            shows, ``profile.timeline.args``). They are kept once per call site and distinct
+            operands; a kernel whose operands differ at every instruction (a scalar that
+            changes each iteration) keeps a profile of about 50 bytes per instruction only
+            with ``operands=False``.
 
     Raises:
         KernelError: the kernel breaks a rule (its subclasses name which), at the kernel's line.
         TypeError, ValueError: an argument of ``run`` itself is malformed.
     """
-    _check_call("nkisim.run", kernel, inputs, target, max_instructions, timeout, check, affine_order)
+    _check_call("nkisim.run", kernel, inputs, target, max_instructions, timeout, check, affine_order, operands)
     budget = Budget(max_instructions, timeout, time.monotonic())
-    with run_affine_in(affine_order):
+    with run_affine_in(affine_order), keeping_operands(operands):
         ctxs, returned = _simulate(kernel, inputs, target, compute=True, budget=budget, check=check)
     func = kernel.func if isinstance(kernel, Kernel) else kernel
     result = RunResult(collect(returned, func), _profile_of(ctxs), ctxs[0].hw.name)
@@ -231,19 +237,21 @@ def profile(
     timeout: float | None = None,
     check: str | None = None,
     affine_order: str = "in-order",
+    operands: bool = True,
 ) -> Profile:
     """The simulated timeline of ``kernel``; inputs may be arrays or ``(shape, dtype)`` pairs.
 
     When any input is given by shape and dtype alone, no values are computed (as a
     hardware benchmark ignores input values): the timeline is the same as
     :func:`run` gives for arrays of those shapes, and the run is much faster.
-    ``target``, ``max_instructions``, ``timeout``, ``check`` and ``affine_order`` are as for :func:`run`.
+    ``target``, ``max_instructions``, ``timeout``, ``check``, ``affine_order`` and ``operands`` are as
+    for :func:`run`.
     """
-    _check_call("nkisim.profile", kernel, inputs, target, max_instructions, timeout, check, affine_order)
+    _check_call("nkisim.profile", kernel, inputs, target, max_instructions, timeout, check, affine_order, operands)
     args, kwargs = _split(inputs)
     abstract = any(_as_spec(v) is not None for v in (*args, *kwargs.values()))
     budget = Budget(max_instructions, timeout, time.monotonic())
-    with run_affine_in(affine_order):
+    with run_affine_in(affine_order), keeping_operands(operands):
         ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract, budget=budget, check=check)
     return _profile_of(ctxs)
 
@@ -257,6 +265,7 @@ def _check_call(
     timeout: object,
     check: object = None,
     order: object = "in-order",
+    operands: object = True,
 ) -> None:
     check_kernel(entry, kernel)
     if order not in AFFINE_ORDERS:
@@ -266,6 +275,8 @@ def _check_call(
     check_budget(entry, max_instructions, timeout)
     if check is not None:
         check_mode(entry, check)
+    if not isinstance(operands, bool):
+        raise TypeError(f"{entry}: operands must be True or False, got {type(operands).__name__} {operands!r:.60}")
 
 
 def output_specs(

@@ -100,6 +100,9 @@ class Machine:
         on_progress: called with the instruction count every :data:`PROGRESS_EVERY` instructions.
         budget: the instruction and wall-time limits (by default :data:`DEFAULT_MAX_INSTRUCTIONS`, no timeout).
         checker: the sanitizer of this core (``check="strict"`` or ``"warn"``), or None.
+        operands: keep each instruction's operand summary on the timeline (``Timeline.args``,
+            the Perfetto trace); without them a profile's memory stays bounded by the
+            instruction count even when operands differ from one instruction to the next.
     """
 
     def __init__(
@@ -113,8 +116,10 @@ class Machine:
         on_progress: Callable[[int], None] | None = None,
         budget: Budget | None = None,
         checker: Checker | None = None,
+        operands: bool = True,
     ) -> None:
         self.hw = hw
+        self.operands = operands
         self.compute = compute
         self.memory = memory if memory is not None else MemorySystem(hw, poison=compute)
         self.state = EngineState(hw.sbuf.partitions, hw.capabilities)
@@ -168,7 +173,7 @@ class Machine:
             writes,
             loc,
             not_before=not_before,
-            args=_summary(ops),
+            args=_summary(ops) if self.operands else (),
             unit=instruction.unit,
         )
         if self.peer is not None:
