@@ -92,6 +92,7 @@ class Scheduler:
         self._ports = {e: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
         #: :meth:`_static_ns` by (engine, field): constants of ``hw``, worked out once per run.
         self._static: dict[tuple[Engine, str], float] = {}
+        self._access_ns: dict[Engine, float] = {}  # the access latency of each engine, by engine alone
 
     def _track(self, engine: Engine, unit: int | None) -> tuple[str, int]:
         """The track an instruction runs on, and its DMA queue (-1 for a compute engine).
@@ -153,7 +154,13 @@ class Scheduler:
             start, busy = self._place_compute(engine, track, ready, free, cost, reads, writes)
             end = start + busy + cost.latency_ns
         # results are readable an SBUF/PSUM access latency after the last write
-        visible = end + (0.0 if queue >= 0 else self._static_ns(engine, "access_latency_cycles"))
+        if queue >= 0:
+            visible = end
+        else:
+            latency = self._access_ns.get(engine)
+            if latency is None:
+                latency = self._access_ns[engine] = self._static_ns(engine, "access_latency_cycles")
+            visible = end + latency
         index = len(tl)
         self._last_on_track[track] = index
         pred = producer if ready > free else previous

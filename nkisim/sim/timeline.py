@@ -135,11 +135,12 @@ class Timeline:
         the sites equal to these values are listed under one key, and the one that is
         also :func:`_same` is theirs.
         """
-        key = (opcode, source, nbytes, flops, args)
+        # the location by its fields: a SourceLoc is made at every call, and comparing two is slower
+        key = (opcode, source.file, source.line, source.function, nbytes, flops, args)
         try:
             numbers = self._site_ids.get(key)
         except TypeError:  # an operand that cannot be hashed (an array): told apart by identity
-            key = (opcode, source, nbytes, flops, _by_identity(args))
+            key = (*key[:-1], _by_identity(args))
             numbers = self._site_ids.get(key)
         if numbers is not None:
             sites = self.sites
