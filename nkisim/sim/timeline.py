@@ -32,7 +32,7 @@ class Site(NamedTuple):
 
     Attributes:
         opcode: the instruction name.
-        source: the kernel call that issued them.
+        file, line, function: the kernel call that issued them (:attr:`source`).
         bytes: bytes moved (DMA).
         flops: floating-point operations (Tensor Engine).
         args: the operands, as ``(argument, value)`` pairs with tensors described by
@@ -40,10 +40,17 @@ class Site(NamedTuple):
     """
 
     opcode: str
-    source: SourceLoc
+    file: str
+    line: int
+    function: str
     bytes: int
     flops: float
     args: Operands
+
+    @property
+    def source(self) -> SourceLoc:
+        """The kernel call that issued the instructions."""
+        return SourceLoc(self.file, self.line, self.function)
 
 
 class Column(array):  # type: ignore[type-arg]
@@ -86,7 +93,8 @@ class Timeline:
         self._track_ids: dict[str, int] = {}
         #: What instructions share, numbered in order of first use.
         self.sites: list[Site] = []
-        self._site_ids: dict[tuple[object, ...], list[int]] = {}
+        self._site_ids: dict[tuple[object, ...], int | list[int]] = {}
+        self._pairs: dict[tuple[object, ...], tuple[str, object]] = {}
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -131,20 +139,21 @@ class Timeline:
     def _site(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
         """The number of the site these values belong to, made if it is new.
 
-        Sites are found by equality (one hash of the values) and then told apart strictly:
-        the sites equal to these values are listed under one key, and the one that is
-        also :func:`_same` is theirs.
+        Sites are found by equality (one hash of the values) and then told apart strictly
+        (:func:`_same`); the few sites equal to one another are listed under one key. A new
+        site shares each ``(argument, value)`` pair but numbers with the sites before it,
+        so a site that differs from another in one scalar costs little more than that scalar.
         """
         # the location by its fields: a SourceLoc is made at every call, and comparing two is slower
         key = (opcode, source.file, source.line, source.function, nbytes, flops, args)
         try:
-            numbers = self._site_ids.get(key)
+            found = self._site_ids.get(key)
         except TypeError:  # an operand that cannot be hashed (an array): told apart by identity
             key = (*key[:-1], _by_identity(args))
-            numbers = self._site_ids.get(key)
-        if numbers is not None:
-            sites = self.sites
-            for number in numbers:
+            found = self._site_ids.get(key)
+        sites = self.sites
+        if found is not None:
+            for number in (found,) if found.__class__ is int else found:  # type: ignore[union-attr]
                 site = sites[number]
                 if (
                     site.bytes.__class__ is nbytes.__class__
@@ -152,12 +161,37 @@ class Timeline:
                     and _same(args, site.args)
                 ):
                     return number
+        number = len(sites)
+        site = Site(opcode, source.file, source.line, source.function, nbytes, flops, self._shared(args))
+        sites.append(site)
+        if key[-1] is args:
+            key = site  # equal to the key, and kept anyway
+        if found is None:
+            self._site_ids[key] = number
+        elif found.__class__ is int:
+            self._site_ids[key] = [found, number]  # type: ignore[list-item]
         else:
-            numbers = self._site_ids[key] = []
-        number = len(self.sites)
-        numbers.append(number)
-        self.sites.append(Site(opcode, source, nbytes, flops, args))
+            found.append(number)  # type: ignore[union-attr]
         return number
+
+    def _shared(self, args: Operands) -> Operands:
+        """``args`` made of the ``(argument, value)`` pairs already kept that are the same values.
+
+        Numbers are left out: one that changes from call to call would only add its key.
+        """
+        pairs = self._pairs
+        out = []
+        for pair in args:
+            name, value = pair
+            cls = value.__class__
+            if cls is int or cls is float or isinstance(value, np.number):
+                out.append(pair)
+                continue
+            try:
+                out.append(pairs.setdefault(_pair_key(name, value), pair))
+            except TypeError:  # a value that cannot be hashed is kept as it is
+                out.append(pair)
+        return tuple(out)
 
     # -- per-instruction values as lists -------------------------------------------------
 
@@ -217,7 +251,7 @@ class Timeline:
         for tl, prefix in zip(timelines, prefixes, strict=True):
             shift = len(merged)
             tracks = [merged.track_number(prefix + name) for name in tl.tracks]
-            sites = [merged._site(*site) for site in tl.sites]
+            sites = [merged._site(s.opcode, s.source, s.bytes, s.flops, s.args) for s in tl.sites]
             for column in ("start_ns", "end_ns", "busy_ns", "wait_ns"):
                 getattr(merged, column).extend(getattr(tl, column))
             for column in ("producer", "pred"):
@@ -250,6 +284,17 @@ def _same(new: Operands, old: Operands) -> bool:
         elif (cls is float or isinstance(x, np.floating)) and math.copysign(1.0, x) != math.copysign(1.0, y):  # type: ignore[arg-type]
             return False
     return True
+
+
+def _pair_key(name: str, value: object) -> tuple[object, ...]:
+    """A key that tells apart ``(argument, value)`` pairs that Python calls equal (see :func:`_same`)."""
+    cls = value.__class__
+    if cls is tuple and len(value) == 3 and value[2].__class__ is tuple:  # type: ignore[arg-type]
+        buffer, dtype, shape = value  # type: ignore[misc]
+        return (name, buffer, id(dtype), shape)  # the kept pair keeps the dtype, so the identity stays its own
+    if cls is tuple:
+        return (name, cls, repr(value))
+    return (name, cls, value)
 
 
 def _by_identity(args: Operands) -> Operands:
