@@ -195,3 +195,12 @@ def test_without_operands_a_changing_scalar_adds_no_site() -> None:
         assert getattr(dropped, column) == getattr(kept, column), column
     with pytest.raises(TypeError, match="operands must be True or False"):
         nkisim.profile(rescaled, inputs, operands="no")  # type: ignore[arg-type]
+
+
+def test_sites_that_differ_in_a_scalar_share_their_other_operands() -> None:
+    kept = nkisim.profile(rescaled, {"a": ((8, 16), "float32"), "steps": 3}).timeline
+    first, second = (dict(site.args) for site in kept.sites[1:3])
+    assert (first["scale"], second["scale"]) == (1.0, 2.0)
+    shared = [name for name in first if name != "scale" and first[name] is second[name]]
+    assert "data" in shared and "op" in shared
+    assert kept.sites[1].source == SourceLoc(kept.sites[2].file, kept.sites[2].line, kept.sites[2].function)
