@@ -88,6 +88,7 @@ def test_instructions_of_one_line_share_a_site() -> None:
         (OPS["add"], nl.add),  # the isa operator and the nl constant equal to it
         (("sbuf", F32, (4, 8)), ("sbuf", TFLOAT32, (4, 8))),  # dtypes equal but for their metadata
         ((1, 2.0), (1, 2)),  # other tuples
+        ((1, 2.0, (3,)), (1, 2, (3,))),  # shaped like a tensor's (buffer, dtype, shape)
     ],
 )
 def test_equal_but_different_operands_keep_their_own_values(first: object, second: object) -> None:
@@ -99,7 +100,7 @@ def test_equal_but_different_operands_keep_their_own_values(first: object, secon
     read = [dict(args)["value"] for args in tl.args]
     assert [type(v) for v in read] == [type(first), type(second)] * 2
     assert [repr(v) for v in read] == [repr(first), repr(second)] * 2
-    if isinstance(first, tuple) and len(first) == 3:
+    if isinstance(first, tuple) and isinstance(first[1], np.dtype):
         assert [v[1].metadata for v in read] == [first[1].metadata, second[1].metadata] * 2  # type: ignore[index]
 
 

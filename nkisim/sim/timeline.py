@@ -75,8 +75,9 @@ class Timeline:
     producers), ``producer`` (the instruction it waited for last, -1: none), ``pred``
     (what set its start: the producer when data was late, else the previous instruction
     on its track; -1: none), ``track_id`` (into :attr:`tracks`) and ``site_id`` (into
-    :attr:`sites`), each a :class:`Column`. The properties ``opcode``, ``track``, ``source``, ``bytes``,
-    ``flops`` and ``args`` give those values as lists, one entry per instruction.
+    :attr:`sites`), each a :class:`Column`. The properties ``opcode``, ``track``,
+    ``source``, ``bytes``, ``flops`` and ``args`` give those values as lists, one entry
+    per instruction.
     """
 
     def __init__(self) -> None:
@@ -276,14 +277,19 @@ def _same(new: Operands, old: Operands) -> bool:
         if cls is not y.__class__:
             return False
         if cls is tuple:
-            if len(x) == 3 and x[2].__class__ is tuple:  # type: ignore[arg-type]
-                if x[1] is not y[1] and x[1].metadata != y[1].metadata:  # type: ignore[index, union-attr]
-                    return False
-            elif repr(x) != repr(y):
+            if len(x) == 3 and x[1] is y[1] and x[2].__class__ is tuple:  # type: ignore[arg-type, index]
+                continue  # a tensor's (buffer, dtype, shape) with the very same dtype
+            if repr(x) != repr(y) or _metadata(x) != _metadata(y):
                 return False
         elif (cls is float or isinstance(x, np.floating)) and math.copysign(1.0, x) != math.copysign(1.0, y):  # type: ignore[arg-type]
             return False
     return True
+
+
+def _metadata(value: tuple[object, ...]) -> object:
+    """The metadata of the dtype in a tensor's ``(buffer, dtype, shape)`` (tfloat32's tells it from float32)."""
+    dtype = value[1] if len(value) == 3 else None
+    return dtype.metadata if isinstance(dtype, np.dtype) else None
 
 
 def _pair_key(name: str, value: object) -> tuple[object, ...]:
