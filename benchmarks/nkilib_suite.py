@@ -3,7 +3,7 @@
 ::
 
     python benchmarks/nkilib_suite.py PATH_TO_NKI_LIBRARY_CHECKOUT [--all] [--target trn2] [-n 2]
-        [--families cumsum,max] [--doc docs/nkilib-conformance.md]
+        [--families cumsum,max] [--timeout 150] [--suite-shape-skip] [--no-doc]
 
 It runs ``pytest test/integration --test-mode simulation -m fast`` (everything with
 ``--all``) in the checkout with ``-p nkisim.compat.nkilib`` and the suite's own
@@ -14,6 +14,12 @@ suite needs pytest-xdist, pytest-html, fabric2, plotext, aws-embedded-metrics, a
 and boto3 importable (and pytest-timeout with ``--timeout``); when one is missing the script
 prints the ``pip install`` line to run. Nothing of the suite is installed. ``--no-doc``
 prints the summary without rewriting the document.
+
+The script sets the suite's ``NKILIB_SIMULATION_RUN_ALL=1``, so that simulation mode runs the
+shapes the suite would otherwise skip as slow (every name containing 4096, 8192 or 16384);
+``--suite-shape-skip`` leaves it unset. Skipped tests are counted by reason
+(:data:`SKIP_REASONS`: the suite's own filters, or nkisim's plugin). The recorded results are
+kept in the repository, so that the document can be rewritten for every target at once.
 
 The triage of failures is :data:`TRIAGE`: a pattern on the test id or message and a
 verdict. Failures no entry matches are listed as untriaged with their message.
@@ -49,6 +55,18 @@ SUITE_DEPS = (
     ("boto3", "boto3"),
 )
 OUTCOMES = ("passed", "failed", "error", "skipped")
+#: The suite skips tests with large shapes in simulation mode unless this is "1" (test/utils/simulation_setup.py).
+RUN_ALL_ENV = "NKILIB_SIMULATION_RUN_ALL"
+
+#: Why a test was skipped, by a pattern on its skip message: (pattern, reason). The first match wins.
+SKIP_REASONS: list[tuple[str, str]] = [
+    (
+        r"Skipping slow simulation test",
+        f"suite: its large-shape skip in simulation mode ({RUN_ALL_ENV} not set)",
+    ),
+    (r"trace_only test", "nkisim: a trace_only test needs NKI's compiler tracer, which a simulation run has not"),
+    (r"[Pp]latform|\b[Tt][Rr][Nn]\d\b", "suite: the test excludes this platform"),
+]
 
 #: (pattern on "test id: message", verdict, why). Verdicts: "nkisim" (nkisim is wrong: fixed or to fix),
 #: "unmodelled" (the kernel relies on something nkisim does not model yet), "suite" (the test or its
@@ -169,10 +187,32 @@ def triage(row: dict[str, str]) -> tuple[str, str]:
     return "untriaged", re.sub(r"\d+", "#", row["message"])  # one group per message shape
 
 
+def skip_reason(row: dict[str, str]) -> str:
+    """Why a skipped test was skipped (:data:`SKIP_REASONS`, else the suite's own message)."""
+    for pattern, reason in SKIP_REASONS:
+        if re.search(pattern, row["message"]):
+            return reason
+    return "suite: " + re.sub(r"\d+", "#", row["message"] or "no reason given")
+
+
+def _commit(checkout: Path) -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
 def run_suite(
-    checkout: Path, target: str, workers: int, everything: bool, families: list[str], timeout: int = 0
+    checkout: Path,
+    target: str,
+    workers: int,
+    everything: bool,
+    families: list[str],
+    timeout: int = 0,
+    run_all: bool = True,
 ) -> dict:
-    """Run the suite for one target; returns the recorded result."""
+    """Run the suite for one target; returns the recorded result.
+
+    ``run_all`` sets the suite's ``NKILIB_SIMULATION_RUN_ALL=1``, so that it runs its large shapes too.
+    """
     needed = [*SUITE_DEPS, ("pytest_timeout", "pytest-timeout")] if timeout else list(SUITE_DEPS)
     missing = [package for module, package in needed if importlib.util.find_spec(module) is None]
     if missing:
@@ -216,6 +256,9 @@ def run_suite(
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout / "src"), os.environ.get("PYTHONPATH")])),
     }
+    env.pop(RUN_ALL_ENV, None)
+    if run_all:
+        env[RUN_ALL_ENV] = "1"
     print("$", " ".join(cmd), flush=True)
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT)  # progress shows
@@ -228,6 +271,8 @@ def run_suite(
         "target": target,
         "wall_s": round(wall, 1),
         "subset": "all" if everything else "fast",
+        "run_all": run_all,
+        "commit": _commit(checkout),
         "families": families,
         "tests": rows,
     }
@@ -272,6 +317,16 @@ def print_summary(record: dict) -> None:
         total.update(c)
         print(f"{family:32} " + " ".join(f"{c[o]:7d}" for o in OUTCOMES))
     print(f"{'total':32} " + " ".join(f"{total[o]:7d}" for o in OUTCOMES))
+    skips = skip_counts(record["tests"])
+    if skips:
+        print("\nskipped, by reason:")
+        for reason, n in skips.most_common():
+            print(f"{n:7d}  {reason}")
+
+
+def skip_counts(rows: list[dict[str, str]]) -> Counter:
+    """Skipped tests per reason (:func:`skip_reason`)."""
+    return Counter(skip_reason(row) for row in rows if row["outcome"] == "skipped")
 
 
 def _rate(c: Counter) -> str:
@@ -299,9 +354,13 @@ def write_doc(path: Path = DOC) -> None:
     for record in records:
         table = counts(record["tests"])
         total: Counter = Counter()
-        out += [f"## {record['target']} ({record['subset']} subset)", ""]
+        shapes = {True: ", large shapes included", False: ", the suite's large-shape skip on"}.get(
+            record.get("run_all"), ""
+        )
+        out += [f"## {record['target']} ({record['subset']} subset{shapes})", ""]
         scope = ", ".join(record["families"]) if record.get("families") else "every family"
-        out += [f"Wall time (2 cores, `-n 2`): {record['wall_s']} s for {scope}.", ""]
+        commit = f" at nki-library commit {record['commit']}" if record.get("commit") else ""
+        out += [f"Wall time (2 cores, `-n 2`): {record['wall_s']} s for {scope}{commit}.", ""]
         for rerun in record.get("reruns", []):
             out += [f"Re-run after fixes: {', '.join(rerun['families'])} in {rerun['wall_s']} s.", ""]
         seconds = family_seconds(record["tests"])
@@ -320,6 +379,11 @@ def write_doc(path: Path = DOC) -> None:
             f"{_rate(total)} | {round(sum(v for v in seconds.values()), 1) if seconds else '-'} |"
         )
         out.append("")
+        skips = skip_counts(record["tests"])
+        if skips:
+            out += ["Skipped, by reason:", "", "| reason | tests |", "|---|---:|"]
+            out += [f"| {reason.replace('|', '/')} | {n} |" for reason, n in skips.most_common()]
+            out.append("")
     out += [
         "## Triage",
         "",
@@ -356,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated family directories, e.g. {DEFAULT_FAMILIES!r} ; default: every family",
     )
     parser.add_argument("--timeout", type=int, default=0, help="seconds per test (needs pytest-timeout); 0: none")
+    parser.add_argument(
+        "--suite-shape-skip",
+        action="store_true",
+        help=f"leave {RUN_ALL_ENV} unset: the suite then skips its large shapes in simulation mode",
+    )
     parser.add_argument("--doc-only", action="store_true", help="rewrite the document from recorded results")
     parser.add_argument("--no-doc", action="store_true", help="print the summary only; leave the document as it is")
     args = parser.parse_args(argv)
@@ -364,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("give the path of an nki-library checkout (with test/integration)")
         families = [f for f in args.families.split(",") if f]
         for target in args.target.split(","):
-            print_summary(run_suite(args.checkout.resolve(), target, args.n, args.all, families, args.timeout))
+            record = run_suite(
+                args.checkout.resolve(), target, args.n, args.all, families, args.timeout, not args.suite_shape_skip
+            )
+            print_summary(record)
     if not args.no_doc:
         write_doc()
         print(f"\nwrote {DOC.relative_to(ROOT)}")

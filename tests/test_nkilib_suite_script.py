@@ -1,0 +1,52 @@
+"""benchmarks/nkilib_suite.py's bookkeeping: junit parsing, failure triage and skip reasons (no suite run)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import nkilib_suite as suite
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+ <testcase classname="integration.nkilib.core.cumsum.test_cumsum.TestCumsum" name="test_a" time="1.5"/>
+ <testcase classname="integration.nkilib.core.utils.test_quantize_to_mx.TestQ" name="test_quantize_mx_hw[P-32]"
+   time="0.2"><failure message="AssertionError: Validation failed">trace</failure></testcase>
+ <testcase classname="integration.nkilib.core.mlp.test_mlp.TestMlp" name="test_big[h-8192]" time="0">
+   <skipped message="Skipping slow simulation test (see test/simulation.md)"/></testcase>
+ <testcase classname="integration.nkilib.core.utils.test_tensor_view.TestTV" name="test_tv" time="0">
+   <skipped message="trace_only test: runs NKI's compiler tracer"/></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_junit_rows_name_family_outcome_and_time(tmp_path):
+    path = tmp_path / "r.xml"
+    path.write_text(JUNIT)
+    rows = suite.parse_junit(path)
+    assert [(r["family"], r["outcome"]) for r in rows] == [
+        ("core/cumsum", "passed"),
+        ("core/utils", "failed"),
+        ("core/mlp", "skipped"),
+        ("core/utils", "skipped"),
+    ]
+    assert rows[0]["seconds"] == 1.5
+    assert suite.triage(rows[1])[0] == "suite"  # the golden's OCP scale against the documented instruction
+
+
+def test_skips_are_counted_by_reason(tmp_path):
+    path = tmp_path / "r.xml"
+    path.write_text(JUNIT)
+    counts = suite.skip_counts(suite.parse_junit(path))
+    assert counts == {
+        f"suite: its large-shape skip in simulation mode ({suite.RUN_ALL_ENV} not set)": 1,
+        "nkisim: a trace_only test needs NKI's compiler tracer, which a simulation run has not": 1,
+    }
+    assert suite.skip_reason({"message": "needs 16 cores"}) == "suite: needs # cores"
+
+
+def test_an_unknown_failure_is_untriaged_with_its_message_shape():
+    verdict, why = suite.triage({"id": "x::test_y", "message": "ValueError: 3 is not 4"})
+    assert (verdict, why) == ("untriaged", "ValueError: # is not #")
