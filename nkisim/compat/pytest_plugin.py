@@ -8,7 +8,8 @@
 ``--nki-alias`` (or the ini option ``nki_alias = true``) installs
 :func:`nkisim.install_nki_alias` before test modules are collected and removes it
 when the session ends. It refuses, as a usage error, when a real NKI is installed.
-``--nki-target`` sets ``NEURON_PLATFORM_TARGET_OVERRIDE`` for the session.
+``--nki-target`` sets ``NEURON_PLATFORM_TARGET_OVERRIDE`` for the session. Kernel objects
+named ``test_*`` are not collected as tests.
 """
 
 from __future__ import annotations
@@ -47,6 +48,17 @@ def pytest_configure(config: pytest.Config) -> None:
     except NkiAliasError as exc:
         raise pytest.UsageError(f"--nki-alias: {exc}") from None
     config.add_cleanup(uninstall_nki_alias)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> Any:
+    """A kernel whose name starts with ``test`` (``@nki.jit def test_add(a)``) is a kernel, not a test."""
+    from nkisim.frontend.jit import Kernel
+    from nkisim.frontend.legacy_launch import LegacyKernel
+
+    if isinstance(obj, (Kernel, LegacyKernel)):
+        return []
+    return None
 
 
 def pytest_report_header(config: pytest.Config) -> Any:

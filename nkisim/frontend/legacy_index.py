@@ -223,6 +223,11 @@ mgrid = _MGrid()
 # -- indexing tensors ------------------------------------------------------------------
 
 
+def as_key(key: Any) -> Any:
+    """``key`` with an ``nl.mgrid`` result used whole (``x[nl.mgrid[0:128, 0:512]]``) as its expressions."""
+    return tuple(key) if isinstance(key, Grid) else key
+
+
 def has_expr(key: Any) -> bool:
     """True when ``key`` (an index or a tuple of them) holds an index expression."""
     items = key if isinstance(key, tuple) else (key,)
@@ -306,7 +311,10 @@ def strided_view(tensor: Tensor, arrays: list[np.ndarray]) -> Tensor:
         raise BoundsError(f"the index expressions select no elements of {tensor!r}")
     _, steps = fit
     first = tensor.array[(*(int(a[(0,) * len(shape)]) for a in arrays), Ellipsis)]
-    view = np.lib.stride_tricks.as_strided(first, shape=shape, strides=tuple(s * tensor.itemsize for s in steps))
+    # as_strided goes through the array interface, which knows no ml_dtypes type (fp8, bf16): stride raw bytes
+    raw = first.view(np.dtype(f"u{tensor.itemsize}"))
+    strides = tuple(s * tensor.itemsize for s in steps)
+    view = np.lib.stride_tricks.as_strided(raw, shape=shape, strides=strides).view(first.dtype)
     if tensor.buffer.is_on_chip:
         while view.ndim < 2:
             view = view[..., np.newaxis]

@@ -23,6 +23,7 @@ from nkisim.frontend.legacy_nl import Masked, retag
 from nkisim.frontend.legacy_tile import as_tile
 from nkisim.frontend.lowering import HelperCall, promote
 from nkisim.isa.enums import dge_mode, matmul_perf_mode, oob_mode, reduce_cmd
+from nkisim.isa.movement import CORE_PARTITIONS
 from nkisim.isa.ops import OPS
 from nkisim.memory import Buffer, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
@@ -125,6 +126,30 @@ def _affine_select(a: dict[str, Any]) -> dict[str, Any]:
     return {**a, **_affine(pred.expr, "pred"), "cmp_op": OPS[pred.cmp or "equal"]}
 
 
+BOOL = NKI_DTYPES["bool_"]
+UINT8 = NKI_DTYPES["uint8"]
+
+
+def _byte_predicate(a: dict[str, Any]) -> dict[str, Any]:
+    """A ``bool_`` predicate tile read as ``uint8``: the same bytes (one per element, 0 or 1)."""
+    predicate = a.get("predicate")
+    if getattr(predicate, "dtype", None) == BOOL and hasattr(predicate, "view"):
+        a["predicate"] = predicate.view(UINT8)
+    return a
+
+
+def _gathered(a: dict[str, Any]) -> tuple[tuple[int, ...], Any, Buffer]:
+    """``local_gather``'s result: per partition, ``num_valid_indices`` x ``num_elem_per_idx`` elements.
+
+    ``num_valid_indices`` defaults to every index of a GpSimd core's 16 partitions.
+    """
+    src, index, per_idx = a["src_buffer"], a["index"], a["num_elem_per_idx"]
+    valid = a["num_valid_indices"]
+    if valid is None:
+        valid = index.free_size * min(index.partitions, CORE_PARTITIONS)
+    return (src.shape[0], int(valid), int(per_idx)), src.dtype, Buffer.sbuf
+
+
 def _perf_mode(a: dict[str, Any]) -> dict[str, Any]:
     mode = a.get("perf_mode")
     if isinstance(mode, str):
@@ -172,9 +197,7 @@ LEGACY_ISA: tuple[LegacyInstr, ...] = (
     LegacyInstr("dropout", ("data", "prob"), 2, {}, like("data")),
     LegacyInstr("iota", ("expr", "dtype_arg"), 2, {}, _expr_shape, _iota),
     LegacyInstr("local_gather", ("src_buffer", "index", "num_elem_per_idx", "num_valid_indices"), 4,
-                {"num_elem_per_idx": 1, "num_valid_indices": None},
-                lambda a: ((a["src_buffer"].shape[0], a["index"].free_size * a["num_elem_per_idx"]),
-                           a["src_buffer"].dtype, Buffer.sbuf)),
+                {"num_elem_per_idx": 1, "num_valid_indices": None}, _gathered),
     LegacyInstr("max8", ("src",), 0, {}, _rows(8)),
     LegacyInstr("memset", ("shape", "value", "dtype_arg", "engine"), 3, {"engine": None}, _given),
     LegacyInstr("nc_find_index8", ("data", "vals"), 0, {}, _rows(8, UINT32)),
@@ -195,11 +218,13 @@ LEGACY_ISA: tuple[LegacyInstr, ...] = (
                 {"reverse0": False, "reverse1": False}, like("data")),
     LegacyInstr("select_reduce", ("dst", "predicate", "on_true", "on_false", "reduce_res", "reduce_cmd", "reduce_op",
                                   "reverse_pred"), 0,
-                {"reduce_res": None, "reduce_cmd": _RC, "reduce_op": OPS["maximum"], "reverse_pred": False}),
+                {"reduce_res": None, "reduce_cmd": _RC, "reduce_op": OPS["maximum"], "reverse_pred": False},
+                None, _byte_predicate),
     LegacyInstr("sequence_bounds", ("segment_ids",), 0, {},
                 lambda a: ((1, 2, a["segment_ids"].free_size), a["segment_ids"].dtype, Buffer.sbuf)),
     LegacyInstr("tensor_copy", ("src", "engine"), 1, {"engine": None}, like("src")),
-    LegacyInstr("tensor_copy_predicated", ("src", "dst", "predicate", "reverse_pred"), 0, {"reverse_pred": False}),
+    LegacyInstr("tensor_copy_predicated", ("src", "dst", "predicate", "reverse_pred"), 0, {"reverse_pred": False},
+                None, _byte_predicate),
     LegacyInstr("tensor_partition_reduce", ("op", "data"), 2, {},
                 lambda a: ((1, *a["data"].shape[1:]), a["data"].dtype, Buffer.sbuf)),
     LegacyInstr("tensor_reduce", ("op", "data", "axis", "negate", "keepdims"), 3,

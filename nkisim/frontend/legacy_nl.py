@@ -107,6 +107,8 @@ def legacy(name: str, helper: Callable[..., Any], tiles: int = 1, dtype_default:
         kwargs = {k: to_op(v) for k, v in kwargs.items()}
         if any(isinstance(a, PendingView) for a in ops):
             raise OperandError("index expressions reach outside the tensor", instruction=f"nl.{name}")
+        if tiles == 2 and len(ops) >= 2:
+            ops = (*_across_partitions(ops[0], ops[1]), *ops[2:])
         result = as_tile(helper(*ops, **kwargs))
         if m.box is None or not isinstance(result, Tensor) or full is None or full == result.shape:
             return result
@@ -115,6 +117,21 @@ def legacy(name: str, helper: Callable[..., Any], tiles: int = 1, dtype_default:
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"``nl.{name}`` of ``neuronxcc.nki`` (with ``mask=``); see ``nkisim.nki.language.{name}``."
     return fn
+
+
+def _across_partitions(x: Any, y: Any) -> tuple[Any, Any]:
+    """``x`` and ``y`` with a one-partition tile broadcast to the other's partitions (numpy broadcasting).
+
+    The legacy API broadcasts across partitions implicitly; the copy is a stride-0 ``dma_copy``
+    into a new tile (``nl.broadcast_to``), as costly as the docs warn.
+    """
+    if not (isinstance(x, Tensor) and isinstance(y, Tensor)) or x.ndim != y.ndim or x.partitions == y.partitions:
+        return x, y
+    if y.partitions == 1:
+        return x, today.broadcast_to(y, (x.partitions, *y.shape[1:]))
+    if x.partitions == 1:
+        return today.broadcast_to(x, (y.partitions, *x.shape[1:])), y
+    return x, y
 
 
 def _widen(result: Tensor, full: tuple[int, ...], m: Masked) -> LegacyTile:

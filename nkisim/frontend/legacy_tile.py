@@ -22,6 +22,7 @@ from nkisim.errors import BoundsError, OperandError, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.legacy_index import (
     affine_fit,
+    as_key,
     box_slices,
     has_expr,
     index_arrays,
@@ -178,6 +179,7 @@ def as_tile(value: Any) -> Any:
 
 def index(tensor: Tensor, key: Any) -> Any:
     """``tensor[key]`` with the legacy API's indices: a :class:`LegacyTile` view, or a :class:`PendingView`."""
+    key = as_key(key)
     items = key if isinstance(key, tuple) else (key,)
     if items and isinstance(items[0], Tensor) and not tensor.buffer.is_on_chip:
         return indirect_view(tensor, items[0], items[1:])

@@ -49,6 +49,7 @@ from nkisim.frontend.legacy_nl import (  # noqa: F401 - re-exported
     where,
 )
 from nkisim.frontend.legacy_tile import LegacyTile, as_tile
+from nkisim.memory import Buffer
 from nkisim.nki import language as _current
 from nkisim.nki.language import (  # noqa: F401 - re-exported
     affine_range,
@@ -160,6 +161,8 @@ def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **kwa
     """A new tensor (SBUF by default); with ``nl.par_dim`` after block dims, one tile per block."""
     dims = _dims(shape)
     marks = [i for i, d in enumerate(dims) if isinstance(d, par_dim)]
+    if marks and buffer is not None and Buffer(buffer).is_hbm:  # HBM has no partitions: one tensor of the whole shape
+        marks = []
     if len(marks) > 1:
         raise ShapeError(f"nl.ndarray: shape {list(dims)} marks more than one par_dim", loc=user_location())
     if marks and marks[0] > 0:
@@ -238,6 +241,8 @@ gemm_grid = unsupported("gemm_grid", "not documented beyond its name")
 gemm_stationary_grid = unsupported("gemm_stationary_grid", "not documented beyond its name")
 
 __all__ = [
-    name for name in dir() if not name.startswith("_") and name not in ("annotations", "math", "np", "ml_dtypes", "Any")
+    name
+    for name in dir()
+    if not name.startswith("_") and name not in ("annotations", "math", "np", "ml_dtypes", "Any", "Buffer")
 ]
 del math
