@@ -43,7 +43,9 @@ class IndexExpr:
     def __repr__(self) -> str:
         return f"IndexExpr(shape={list(self.shape)})"
 
-    def _binary(self, other: Any, fn: Any, reflected: bool = False) -> IndexExpr:
+    def _binary(self, other: Any, fn: Any, reflected: bool = False) -> Any:
+        if isinstance(other, Tensor) and fn is np.add:  # i_f + offsets[0, j]: an offset read at run time
+            return DynamicIndex(other, self)
         value = _int_values(other)
         return IndexExpr(fn(value, self.values) if reflected else fn(self.values, value))
 
@@ -113,6 +115,38 @@ _COMPARE = {
     "equal": np.equal,
     "not_equal": np.not_equal,
 }
+
+
+class DynamicIndex:
+    """An index read at run time: a ``(1, 1)`` integer SBUF tile plus a static expression.
+
+    ``t[i_p, offsets[0, j] + i_f]`` indexes ``t`` at ``i_f`` moved by the value the tile
+    holds when an instruction reads ``t`` (a ``scalar_offset`` access pattern).
+    """
+
+    __slots__ = ("expr", "tile")
+    __array_ufunc__ = None
+
+    def __init__(self, tile: Tensor, expr: IndexExpr | int = 0) -> None:
+        if tile.size != 1 or tile.dtype.kind not in "iu":
+            raise OperandError(
+                f"a tile in an index expression must be one integer value ((1, 1), as offsets[0, j]), got {tile!r}"
+            )
+        self.tile = tile
+        self.expr = expr
+
+    def __add__(self, other: Any) -> DynamicIndex:
+        if isinstance(other, Tensor):
+            raise OperandError("an index expression holds at most one run-time offset")
+        return DynamicIndex(self.tile, self.expr + other if isinstance(self.expr, IndexExpr) else other + self.expr)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> DynamicIndex:
+        return self + (-other)
+
+    def __repr__(self) -> str:
+        return f"DynamicIndex({self.tile.name} + {self.expr!r})"
 
 
 def _int_values(value: Any) -> Any:
@@ -231,7 +265,7 @@ def as_key(key: Any) -> Any:
 def has_expr(key: Any) -> bool:
     """True when ``key`` (an index or a tuple of them) holds an index expression."""
     items = key if isinstance(key, tuple) else (key,)
-    return any(isinstance(item, IndexExpr) for item in items)
+    return any(isinstance(item, (IndexExpr, DynamicIndex)) for item in items)
 
 
 def index_arrays(tensor: Tensor, key: Any) -> list[np.ndarray]:
@@ -368,3 +402,72 @@ def box_slices(shape: tuple[int, ...], box: tuple[tuple[int, ...], tuple[slice, 
             return (slices[0],) + (slice(None),) * (len(shape) - 1)
         return None
     return tuple(s if n == m and m > 1 else slice(None) for n, m, s in zip(shape, mask_shape, slices))
+
+
+# -- run-time offsets ------------------------------------------------------------------
+
+
+def has_dynamic(key: Any) -> bool:
+    """True when ``key`` holds an index read at run time (a :class:`DynamicIndex` or a tile)."""
+    items = key if isinstance(key, tuple) else (key,)
+    return any(isinstance(item, (DynamicIndex, Tensor)) for item in items)
+
+
+def dynamic_view(tensor: Tensor, key: Any) -> Tensor:
+    """``tensor[key]`` with one index read at run time: a ``scalar_offset`` access pattern.
+
+    The static part of the index (the expressions, and the dynamic index's own expression)
+    must be affine in the result's axes, as for :func:`strided_view`; the run-time value
+    moves the view along the dim it indexes.
+    """
+    items = list(key if isinstance(key, tuple) else (key,))
+    if any(item is Ellipsis for item in items):
+        pos = items.index(Ellipsis)
+        items[pos : pos + 1] = [slice(None)] * (tensor.ndim - len(items) + 1)
+    dims = [d for d, item in enumerate(items) if isinstance(item, (DynamicIndex, Tensor))]
+    if len(dims) != 1:
+        raise OperandError(f"an index of {tensor!r} holds at most one run-time offset, got {len(dims)}")
+    dim = dims[0]
+    if tensor.buffer.is_on_chip and dim == 0:
+        raise OperandError(f"a run-time offset cannot index the partition dim of {tensor!r}; index a free dim")
+    dynamic = items[dim] if isinstance(items[dim], DynamicIndex) else DynamicIndex(items[dim])
+    items[dim] = dynamic.expr
+    arrays = index_arrays(tensor, tuple(items))
+    pattern, origin = _pattern(tensor, arrays)
+    return tensor.ap(pattern, origin, scalar_offset=dynamic.tile, indirect_dim=_moving_dim(tensor, dim))
+
+
+def _pattern(tensor: Tensor, arrays: list[np.ndarray]) -> tuple[list[list[int]], int]:
+    """The ``.ap`` pattern and offset over ``tensor``'s allocation that ``arrays`` select."""
+    base = tensor._base or tensor
+    shape = arrays[0].shape if arrays else ()
+    addr = sum(
+        (a * s for a, s in zip(arrays, tensor.array.strides)),
+        np.full(shape, tensor.byte_offset - base.byte_offset, dtype=np.int64),
+    )
+    if tensor.buffer.is_on_chip:
+        part, col = np.divmod(np.asarray(addr), tensor.storage.row_bytes)
+        elems = part * base.free_size + col // tensor.itemsize
+    else:
+        elems = np.asarray(addr) // tensor.itemsize
+    while tensor.buffer.is_on_chip and elems.ndim < 2:
+        elems = elems[..., np.newaxis]
+    fit = affine_fit(elems)
+    if fit is None:
+        raise OperandError(f"the index expressions on {tensor!r} are not affine in the result's axes")
+    origin, steps = fit
+    if tensor.buffer.is_on_chip:
+        steps[0] = base.free_size  # the partition step of an on-chip pattern (any, for one partition)
+    return [[int(s), int(n)] for s, n in zip(steps, elems.shape)], origin
+
+
+def _moving_dim(tensor: Tensor, dim: int) -> int:
+    """The dim of the allocation a run-time index of ``tensor``'s ``dim`` moves along (its stride's)."""
+    base = tensor._base or tensor
+    if not tensor.buffer.is_on_chip or base is tensor:
+        return dim
+    stride = tensor.array.strides[dim]
+    for k in [dim, *range(1, base.ndim)]:
+        if 0 < k < base.ndim and base.array.strides[k] == stride:
+            return k
+    raise OperandError(f"dim {dim} of {tensor!r} moves by {stride} bytes, as no dim of its tile does")

@@ -223,6 +223,8 @@ LEGACY_ISA: tuple[LegacyInstr, ...] = (
     LegacyInstr("sequence_bounds", ("segment_ids",), 0, {},
                 lambda a: ((1, 2, a["segment_ids"].free_size), a["segment_ids"].dtype, Buffer.sbuf)),
     LegacyInstr("tensor_copy", ("src", "engine"), 1, {"engine": None}, like("src")),
+    LegacyInstr("tensor_copy_dynamic_dst", ("dst", "src", "engine"), 0, {"engine": None}),
+    LegacyInstr("tensor_copy_dynamic_src", ("src", "engine"), 1, {"engine": None}, like("src")),
     LegacyInstr("tensor_copy_predicated", ("src", "dst", "predicate", "reverse_pred"), 0, {"reverse_pred": False},
                 None, _byte_predicate),
     LegacyInstr("tensor_partition_reduce", ("op", "data"), 2, {},
@@ -296,7 +298,7 @@ def _issue(spec: LegacyInstr, bound: dict[str, Any], m: Masked, dtype: Any, loc:
         operands = spec.convert(operands)
     if m.empty:
         return dst
-    if spec.defer:
+    if spec.defer or dst is not None:  # held back: ``t[...] = nisa.x(...)`` may still retarget it into t
         ctx.defer(spec.target or spec.name, operands, loc)
     else:
         ctx.emit(spec.target or spec.name, operands, loc)

@@ -333,17 +333,20 @@ NUMPY_OPS.update({sum: "add", max: "maximum", min: "minimum", prod: "multiply", 
 # -- assignment and accumulation ----------------------------------------------------------
 
 
-def _held_matmul(value: Any) -> dict[str, Any] | None:
-    """The operands of the matmul held back for ``value``, if ``value`` is its result."""
-    ctx = current_context()
-    held = ctx.deferred
-    if held is not None and held.opcode == "nc_matmul" and held.arguments.get("dst") is value:
-        return held.arguments
-    return None
+def _held(value: Any, opcode: str | None = None) -> Any:
+    """The instruction held back whose result is ``value`` (of ``opcode``, if given), or None."""
+    held = current_context().deferred
+    if held is None or held.arguments.get("dst") is not value or opcode not in (None, held.opcode):
+        return None
+    return held
 
 
 def assign(target: Tensor, value: Any) -> None:
-    """``target[...] = value``: a scalar (memset), a tile (tensor_copy) or a DMA between HBM and SBUF."""
+    """``target[...] = value``: a scalar (memset), a tile (tensor_copy) or a DMA between HBM and SBUF.
+
+    A legacy ``nisa`` result not yet issued is written into ``target`` directly, as the
+    compiler does, when ``target`` has its shape, dtype and memory (a matmul: any PSUM tile).
+    """
     call = HelperCall("assign")
     if is_scalar(value):
         if not target.buffer.is_on_chip:
@@ -352,10 +355,11 @@ def assign(target: Tensor, value: Any) -> None:
         return
     if not isinstance(value, Tensor):
         raise call.error(OperandError, f"cannot assign {type(value).__name__} to {target!r}")
-    held = _held_matmul(value)
-    if held is not None and target.buffer is Buffer.psum and target.shape == value.shape:
-        held["dst"] = target
-        held["accumulate"] = False
+    held = _held(value)
+    if held is not None and _retargets(held, target, value):
+        held.arguments["dst"] = target
+        if held.opcode == "nc_matmul":
+            held.arguments["accumulate"] = False
         call.ctx.flush_deferred()
         return
     if _same_bytes(target, value):
@@ -364,9 +368,19 @@ def assign(target: Tensor, value: Any) -> None:
     if target.shape != value.shape and target.size == value.size:
         value = value.reshape(target.shape) if value.buffer.is_on_chip == target.buffer.is_on_chip else value
     if target.buffer.is_on_chip and value.buffer.is_on_chip:
-        call.emit("tensor_copy", dst=target, src=value)
+        dynamic = "tensor_copy_dynamic_dst" if target.is_dynamic else "tensor_copy_dynamic_src"
+        call.emit(dynamic if target.is_dynamic or value.is_dynamic else "tensor_copy", dst=target, src=value)
     else:
         call.emit("dma_copy", dst=target, src=value)
+
+
+def _retargets(held: Any, target: Tensor, value: Tensor) -> bool:
+    """True when the held instruction may write ``target`` instead of its own result ``value``."""
+    if target.shape != value.shape or target.is_dynamic:
+        return False
+    if held.opcode == "nc_matmul":
+        return target.buffer is Buffer.psum
+    return target.buffer is value.buffer and target.dtype == value.dtype
 
 
 def _same_bytes(a: Tensor, b: Tensor) -> bool:
@@ -382,9 +396,9 @@ def _same_bytes(a: Tensor, b: Tensor) -> bool:
 def accumulate(target: Tensor, value: Any, op_name: str) -> None:
     """``target op= value`` in place; ``psum += <matmul result>`` accumulates in the matmul itself."""
     call = HelperCall(f"{op_name} (in place)")
-    held = _held_matmul(value) if op_name == "add" else None
+    held = _held(value, "nc_matmul") if op_name == "add" else None
     if held is not None and target.buffer is Buffer.psum:
-        held["dst"] = target
+        held.arguments["dst"] = target
         call.ctx.flush_deferred()
         return
     op = OPS[op_name]

@@ -21,9 +21,13 @@ import numpy as np
 from nkisim.errors import BoundsError, OperandError, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.legacy_index import (
+    DynamicIndex,
+    IndexExpr,
     affine_fit,
     as_key,
     box_slices,
+    dynamic_view,
+    has_dynamic,
     has_expr,
     index_arrays,
     mask_box,
@@ -82,6 +86,8 @@ class LegacyTile(Tensor):
     # -- operators: the legacy nl functions -------------------------------------------
 
     def _op(self, name: str, other: Any, reflected: bool = False) -> Any:
+        if name == "add" and isinstance(other, IndexExpr):  # offsets[0, j] + i_f: a run-time index
+            return DynamicIndex(self, other)
         fn = OPERATORS[name]
         return fn(other, self) if reflected else fn(self, other)
 
@@ -183,6 +189,8 @@ def index(tensor: Tensor, key: Any) -> Any:
     items = key if isinstance(key, tuple) else (key,)
     if items and isinstance(items[0], Tensor) and not tensor.buffer.is_on_chip:
         return indirect_view(tensor, items[0], items[1:])
+    if has_dynamic(key):
+        return dynamic_view(tensor, key)
     if not has_expr(key):
         try:
             return as_tile(Tensor.__getitem__(tensor, key))

@@ -4,6 +4,7 @@ from nkisim.isa import (  # noqa: F401 - they register instructions
     activate2,
     collectives,
     dma,
+    dynamic_copy,
     gpsimd,
     gpsimd_misc,
     movement,

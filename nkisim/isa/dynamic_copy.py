@@ -1,0 +1,98 @@
+"""``tensor_copy_dynamic_src`` and ``tensor_copy_dynamic_dst``: on-chip copies at a run-time offset.
+
+Neuron 2.26's ``neuronxcc.nki.isa`` documents them as copies on the Vector, Scalar or
+GpSimd Engine whose source (``_src``) or destination (``_dst``) starts at an offset held
+in a scalar SBUF value, within each partition. nkisim expresses that operand as a
+``scalar_offset`` access pattern (``t.ap(pattern, offset, scalar_offset=s, indirect_dim=d)``),
+which the legacy front end builds from ``t[i_p, s + i_f]``. The offset is read when the
+instruction executes; a view that leaves its tile's partition raises ``BoundsError``.
+"""
+
+from __future__ import annotations
+
+from nkisim.errors import OperandError
+from nkisim.hw import Engine, HwConfig
+from nkisim.isa.common import check_same_layout, copy_bits, f32, same_format, write
+from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction, require
+
+#: ``MIN_II_DYNAMIC``: the minimum initiation interval of an instruction with a dynamic source or
+#: destination, "roughly 600 engine cycles" [neuronxcc.nki.isa.tensor_copy_dynamic_src/_dst, Neuron 2.26].
+MIN_II_DYNAMIC_CYCLES = 600
+
+
+class TensorCopyDynamicOps(Operands):
+    dst: Out
+    src: In
+    engine: Engine = Engine.unknown
+
+
+def _validate(dynamic: str, ops: TensorCopyDynamicOps, chk: Check) -> None:
+    for name in ("src", "dst"):
+        t = getattr(ops, name)
+        if not t.buffer.is_on_chip:
+            chk.fail(OperandError, name, f"must be a tile in SBUF or PSUM, not {t.buffer.value} ({t!r})")
+    if not getattr(ops, dynamic).is_dynamic:
+        chk.fail(
+            OperandError,
+            dynamic,
+            "must be indexed at a run-time offset (t.ap(..., scalar_offset=s) or t[i_p, s + i_f] in the "
+            "legacy API); use nisa.tensor_copy for a static copy",
+        )
+    check_same_layout(chk, "src", ops.src, "dst", ops.dst)
+    if chk.engine is Engine.scalar:
+        require(chk, "scalar_tensor_copy", "engine", "a copy on the Scalar Engine needs NeuronCore-v3 or newer")
+
+
+def _validate_src(ops: TensorCopyDynamicOps, chk: Check) -> None:
+    _validate("src", ops, chk)
+
+
+def _validate_dst(ops: TensorCopyDynamicOps, chk: Check) -> None:
+    _validate("dst", ops, chk)
+
+
+def _cost(ops: TensorCopyDynamicOps, hw: HwConfig, engine: Engine) -> Cost:
+    """``max(MIN_II_DYNAMIC, N)`` cycles of the Vector, Scalar or GpSimd Engine; MIN_II_DYNAMIC ~600."""
+    return engine_cost(hw, engine, max(MIN_II_DYNAMIC_CYCLES, ops.src.free_size))
+
+
+def _choose_vector(ops: Operands, hw: HwConfig) -> Engine:
+    return Engine.vector
+
+
+def _copy(ops: TensorCopyDynamicOps) -> None:
+    if same_format(ops.src, ops.dst):
+        copy_bits(ops.dst, ops.src)
+    else:
+        write(ops.dst, f32(ops.src))
+
+
+_DTYPES = "any; equal dtypes copy bit-exactly, others cast through fp32; the offset is an integer (1, 1) SBUF value"
+
+
+@instruction(
+    "tensor_copy_dynamic_src",
+    TensorCopyDynamicOps,
+    engines=(Engine.vector, Engine.gpsimd, Engine.scalar),
+    cost=_cost,
+    validate=_validate_src,
+    choose_engine=_choose_vector,
+    dtypes=_DTYPES,
+)
+def tensor_copy_dynamic_src(ops: TensorCopyDynamicOps, state: EngineState) -> None:
+    """Copy ``src``, read at its run-time offset, to ``dst`` (Neuron 2.26's ``neuronxcc.nki`` instruction)."""
+    _copy(ops)
+
+
+@instruction(
+    "tensor_copy_dynamic_dst",
+    TensorCopyDynamicOps,
+    engines=(Engine.vector, Engine.gpsimd, Engine.scalar),
+    cost=_cost,
+    validate=_validate_dst,
+    choose_engine=_choose_vector,
+    dtypes=_DTYPES,
+)
+def tensor_copy_dynamic_dst(ops: TensorCopyDynamicOps, state: EngineState) -> None:
+    """Copy ``src`` to ``dst`` at its run-time offset (Neuron 2.26's ``neuronxcc.nki`` instruction)."""
+    _copy(ops)
