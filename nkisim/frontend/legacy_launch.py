@@ -25,14 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import OperandError, SourceLoc, TargetError
+from nkisim.errors import CapacityError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.blas import single_threaded_blas
-from nkisim.frontend.context import KernelContext, enter, is_running, leave
-from nkisim.frontend.jit import _kernel_loc, _target, _to_hbm, default_check, run
+from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, leave
+from nkisim.frontend.jit import _kernel_loc, _target, _to_hbm, _with_compiler_liveness, default_check, run
 from nkisim.frontend.legacy_tile import as_tile
 from nkisim.frontend.validate import collect, translate
 from nkisim.hw import HwConfig
 from nkisim.memory import Buffer, MemorySystem, Tensor
+from nkisim.memory.liveness import TilePlan
 from nkisim.report import Profile
 from nkisim.sim.checks import Findings
 from nkisim.sim.machine import Budget
@@ -123,8 +124,8 @@ class LegacyRunResult:
 class _GridMemory(MemorySystem):
     """One core's memories; HBM tensors a program allocates are matched with other programs' by order."""
 
-    def __init__(self, hw: HwConfig, poison: bool, shared: list[Tensor]) -> None:
-        super().__init__(hw, poison=poison)
+    def __init__(self, hw: HwConfig, poison: bool, shared: list[Tensor], plan: TilePlan | None = None) -> None:
+        super().__init__(hw, poison=poison, plan=plan)
         self.shared = shared
         self.count = 0
         self.sharing = False
@@ -202,17 +203,27 @@ def run_legacy(
     if any(isinstance(d, spmd_dim) for d in dims) and cores < 2:
         cores = 1
     budget = Budget(start=time.monotonic())
-    shared: list[Tensor] = []
-    ctxs = []
-    for _ in range(cores):
-        memory = _GridMemory(hw, True, shared)
-        ctx = KernelContext(hw, grid=sizes, budget=budget, findings=findings, memory=memory)
-        ctx.kernel_name = kernel.func.__qualname__
-        ctx.num_programs = max(math.prod(sizes), 1)
-        ctxs.append(ctx)
+    placement = _placement(sizes, dims, cores)
+    prints = PrintLog()
+
+    def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
+        prints.restart()
+        shared: list[Tensor] = []
+        ctxs = []
+        for core in range(cores):
+            memory = _GridMemory(hw, True, shared, plans[core] if plans else None)
+            ctx = KernelContext(hw, grid=sizes, budget=budget, findings=findings, memory=memory, prints=prints)
+            ctx.kernel_name = kernel.func.__qualname__
+            ctx.num_programs = max(math.prod(sizes), 1)
+            ctxs.append(ctx)
+        return ctxs, _launch(kernel, ctxs, placement, args, kwargs)
+
     with single_threaded_blas():
         try:
-            bound, returned, spans = _launch(kernel, ctxs, _placement(sizes, dims, cores), args, kwargs)
+            try:
+                ctxs, (bound, returned, spans) = attempt(None)
+            except CapacityError as eager_error:  # as nkisim.run: free tiles after their last use, then retry
+                ctxs, (bound, returned, spans) = _with_compiler_liveness(attempt, cores, eager_error)
         except Exception as exc:
             clear = translate(exc, _kernel_loc(kernel))  # type: ignore[arg-type]
             if clear is None:
