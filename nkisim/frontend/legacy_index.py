@@ -190,7 +190,11 @@ class Predicate:
         return Predicate(~self.values)
 
     def __bool__(self) -> bool:
-        raise OperandError("a mask predicate has one value per element; use it as mask=, not in an if")
+        raise OperandError(
+            "a mask predicate has one value per element and no single truth value: combine predicates with & "
+            "and | (Python's and/or would keep only one of them), and pass it as mask=, not to an if",
+            operand="mask",
+        )
 
     def __repr__(self) -> str:
         return f"Predicate(shape={list(self.shape)})"

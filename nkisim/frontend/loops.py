@@ -65,10 +65,14 @@ class AffineRange:
             yield from values
             return
         loops = checker.loops
+        assert ctx is not None
+        ctx.flush_deferred()  # an instruction held back (legacy API) belongs to the code before the loop
         instance = loops.enter()
         try:
             for position, value in enumerate(values):
+                ctx.flush_deferred()  # ... or to the iteration that made it
                 loops.iterate(instance, position, value, self.loc)
                 yield value
+            ctx.flush_deferred()  # not when the loop is abandoned (an error, or a break)
         finally:
             loops.leave(instance)
