@@ -123,8 +123,15 @@ class KernelContext:
     def flush_deferred(self) -> None:
         """Issue the instruction held back by :meth:`defer`, if any."""
         held, self.deferred = self.deferred, None
-        if held is not None:
+        if held is None:
+            return
+        try:
             self.machine.issue(held)
+        except KernelError as exc:  # raised later than the call: point at the call's line, name the instruction
+            exc.loc = held.loc
+            exc.instruction = exc.instruction or f"nisa.{held.opcode}"
+            exc.args = (exc._format(),)
+            raise
 
 
 _CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)

@@ -130,14 +130,16 @@ class DynamicIndex:
     def __init__(self, tile: Tensor, expr: IndexExpr | int = 0) -> None:
         if tile.size != 1 or tile.dtype.kind not in "iu":
             raise OperandError(
-                f"a tile in an index expression must be one integer value ((1, 1), as offsets[0, j]), got {tile!r}"
+                f"must be one integer value ((1, 1), as offsets[0, j]), got {tile!r}",
+                instruction="index expression",
+                operand="tile",
             )
         self.tile = tile
         self.expr = expr
 
     def __add__(self, other: Any) -> DynamicIndex:
         if isinstance(other, Tensor):
-            raise OperandError("an index expression holds at most one run-time offset")
+            raise OperandError("holds at most one run-time offset", instruction="index expression")
         return DynamicIndex(self.tile, self.expr + other if isinstance(self.expr, IndexExpr) else other + self.expr)
 
     __radd__ = __add__
@@ -191,9 +193,9 @@ class Predicate:
 
     def __bool__(self) -> bool:
         raise OperandError(
-            "a mask predicate has one value per element and no single truth value: combine predicates with & "
-            "and | (Python's and/or would keep only one of them), and pass it as mask=, not to an if",
-            operand="mask",
+            "a predicate on index expressions has one value per element and no single truth value: combine "
+            "predicates with & and | (Python's and/or would keep only one of them), and pass it as mask=, "
+            "not to an if"
         )
 
     def __repr__(self) -> str:
@@ -371,7 +373,7 @@ def mask_box(mask: Any) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
     if mask is None or mask is True:
         return None
     if not isinstance(mask, Predicate):
-        raise OperandError(f"mask must be a predicate on index expressions (i_p < 64), got {mask!r}", operand="mask")
+        raise OperandError(f"must be a predicate on index expressions (i_p < 64), got {mask!r}", operand="mask")
     values = mask.values
     box = []
     projections = []
@@ -382,7 +384,7 @@ def mask_box(mask: Any) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
         lo, hi = (int(hits[0]), int(hits[-1]) + 1) if hits.size else (0, 0)
         if hits.size and hi - lo != hits.size:
             raise OperandError(
-                "mask holds on separate ranges of one axis; nkisim supports rectangular masks", operand="mask"
+                "holds on separate ranges of one axis; nkisim supports rectangular masks", operand="mask"
             )
         box.append(slice(lo, hi))
         shape = [1] * values.ndim
@@ -393,7 +395,7 @@ def mask_box(mask: Any) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
         rectangle = rectangle & proj
     if not np.array_equal(rectangle, values):
         raise OperandError(
-            "mask does not hold on a rectangle of the tile; nkisim supports rectangular masks", operand="mask"
+            "does not hold on a rectangle of the tile; nkisim supports rectangular masks", operand="mask"
         )
     return values.shape, tuple(box)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import BoundsError, OperandError, user_location
+from nkisim.errors import BoundsError, KernelError, OperandError, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.legacy_index import (
     DynamicIndex,
@@ -184,8 +184,20 @@ def as_tile(value: Any) -> Any:
 
 
 def index(tensor: Tensor, key: Any) -> Any:
-    """``tensor[key]`` with the legacy API's indices: a :class:`LegacyTile` view, or a :class:`PendingView`."""
-    key = as_key(key)
+    """``tensor[key]`` with the legacy API's indices: a :class:`LegacyTile` view, or a :class:`PendingView`.
+
+    Errors name the indexing (``x[...]``) as their instruction, at the kernel's line.
+    """
+    try:
+        return _index(tensor, as_key(key))
+    except KernelError as exc:
+        if exc.instruction:
+            raise
+        loc = exc.loc if exc.loc is not None and exc.loc.line else user_location()
+        raise type(exc)(exc.rule, loc=loc, instruction=f"{tensor.name}[...]", operand=exc.operand) from None
+
+
+def _index(tensor: Tensor, key: Any) -> Any:
     items = key if isinstance(key, tuple) else (key,)
     if items and isinstance(items[0], Tensor) and not tensor.buffer.is_on_chip:
         return indirect_view(tensor, items[0], items[1:])
