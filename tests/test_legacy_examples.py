@@ -24,7 +24,7 @@ TARGETS = st.sampled_from(["trn1", "trn2", "trn3"])
 def _same(current, legacy, inputs, target="trn1", extra=None):
     """Run both versions; assert equal outputs, instruction streams and simulated time; return the outputs.
 
-    ``extra``: an opcode the legacy version issues in addition (left out of the stream comparison).
+    ``extra``: an opcode the legacy version emits in addition (left out of the stream comparison).
     """
     now = nkisim.run(current, list(inputs), target=target)
     old = run_legacy(legacy, tuple(inputs), {}, target=target)

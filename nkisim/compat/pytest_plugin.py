@@ -8,8 +8,8 @@
 ``--nki-alias`` (or the ini option ``nki_alias = true``) installs
 :func:`nkisim.install_nki_alias` before test modules are collected and removes it
 when the session ends. It refuses, as a usage error, when a real NKI is installed.
-``--nki-target`` sets ``NEURON_PLATFORM_TARGET_OVERRIDE`` for the session. Kernel objects
-named ``test_*`` are not collected as tests.
+``--nki-target`` sets ``NEURON_PLATFORM_TARGET_OVERRIDE`` for the session.
+Kernel objects named ``test_*`` are not collected as tests.
 """
 
 from __future__ import annotations

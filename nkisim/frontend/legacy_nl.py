@@ -344,7 +344,7 @@ def _held(value: Any, opcode: str | None = None) -> Any:
 def assign(target: Tensor, value: Any) -> None:
     """``target[...] = value``: a scalar (memset), a tile (tensor_copy) or a DMA between HBM and SBUF.
 
-    A legacy ``nisa`` result not yet issued is written into ``target`` directly, as the
+    A legacy ``nisa`` result still held back is written into ``target`` directly, as the
     compiler does, when ``target`` has its shape, dtype and memory (a matmul: any PSUM tile).
     """
     call = HelperCall("assign")

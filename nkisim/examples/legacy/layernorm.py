@@ -2,7 +2,7 @@
 
 Each instruction returns its result tile; ``stats[:, a:b] = nisa.bn_stats(...)`` and
 ``normed[...] = nisa.tensor_tensor(...)`` write the named tile directly, so the kernel
-issues the same instructions as the current-API version.
+emits the same instructions as the current-API version.
 """
 
 import nkisim.nki.legacy as nki
