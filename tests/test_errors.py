@@ -161,7 +161,7 @@ def test_compute_instruction_cannot_read_hbm():
         dst = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=dst, src=x)  # @copy-hbm
 
-    pattern = at("copy-hbm") + r"nisa\.tensor_copy \[Vector, trn1\]: src must be in SBUF or PSUM, not shared_hbm \(x\)"
+    pattern = at("copy-hbm") + r"nisa\.tensor_copy \[Vector, trn1\]: src must be in SBUF or PSUM, not hbm \(x\)"
     with pytest.raises(MemoryKindError, match=pattern):
         run(kernel)
 

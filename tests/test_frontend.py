@@ -608,3 +608,16 @@ def test_tfloat32_tiles_round_to_10_mantissa_bits_on_write(how):
     np.testing.assert_array_equal(out[:, : len(TFLOAT32_CASES)], np.array([[r for _, r in TFLOAT32_CASES]] * 128))
     np.testing.assert_array_equal(out, _round_to_tfloat32(x))
     assert (out.view(np.uint32) & 0x1FFF == 0).all()
+
+
+def _input_buffer(x):
+    assert x.buffer == nl.hbm, x.buffer  # as NKI's own samples assert of kernel inputs
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def test_kernel_inputs_report_hbm_in_runs_and_profiles():
+    x = rand(4, 8)
+    np.testing.assert_array_equal(nkisim.run(_input_buffer, [x]).outputs, x)
+    assert nkisim.profile(_input_buffer, [((4, 8), "float32")]).instruction_count == 1

@@ -47,13 +47,13 @@ def test_load_and_store_are_dma_copies():
 def test_load_rejects_non_tensors_and_store_hbm_values():
     with pytest.raises(OperandError, match=r"nl\.load \[trn1\]: src must be an HBM tensor, got ndarray"):
         nkisim.run(lambda a: nl.load(np.ones((2, 2))), [np.ones((2, 2), np.float32)])
-    with pytest.raises(MemoryKindError, match=r"value is in shared_hbm"):
+    with pytest.raises(MemoryKindError, match=r"value is in hbm"):
         nkisim.run(lambda a: nl.store(a, a), [np.ones((2, 2), np.float32)])
 
 
 def test_elementwise_rejects_hbm_and_scalar_pairs_and_partition_broadcast():
     a = np.ones((4, 4), np.float32)
-    with pytest.raises(MemoryKindError, match=r"nl\.add \[trn1\]: x is in shared_hbm .* nl\.load"):
+    with pytest.raises(MemoryKindError, match=r"nl\.add \[trn1\]: x is in hbm .* nl\.load"):
         nkisim.run(lambda h: nl.add(h, 1.0), [a])
     with pytest.raises(OperandError, match="both scalars"):
         run_helper(lambda t: nl.add(1.0, 2.0), [a])

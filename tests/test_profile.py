@@ -271,7 +271,7 @@ def test_perfetto_events_carry_the_operands(profile, tmp_path):
     copies = [ev for ev in complete if ev["name"] == "dma_copy"]
     assert copies and all(set(ev["args"]) >= {"dst", "src", "source", "index"} for ev in copies)
     first = copies[0]["args"]
-    assert first["src"].startswith("shared_hbm ") or first["src"].startswith("sbuf ")
+    assert first["src"].startswith("hbm ") or first["src"].startswith("sbuf ")
     assert "[" in first["dst"] and first["dst"].endswith("]")
 
 

@@ -30,8 +30,9 @@ from nkisim.frontend.validate import (
 )
 from nkisim.hw import HwConfig, load_target
 from nkisim.isa.spec import needs
-from nkisim.memory import Buffer, Tensor, to_dtype
+from nkisim.memory import Tensor, to_dtype
 from nkisim.memory.liveness import PlanDivergedError, TilePlan
+from nkisim.memory.system import INPUT_BUFFER
 from nkisim.report import Profile
 from nkisim.sim.checks import CHECK_MODES, Findings
 from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS, Budget
@@ -509,7 +510,7 @@ def _to_hbm(ctx: KernelContext, name: str, value: Any, kernel: Kernel) -> Any:
                 loc=_kernel_loc(kernel),
                 operand=f"input {name!r}",
             )
-        return ctx.memory.new_tensor(spec.shape, dtype, Buffer.shared_hbm, name)
+        return ctx.memory.new_tensor(spec.shape, dtype, INPUT_BUFFER, name)
     return ctx.memory.hbm_tensor_from(value, dtype, name)
 
 

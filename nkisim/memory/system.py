@@ -14,6 +14,9 @@ from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
 
+#: The buffer kernel inputs report: ``nl.hbm``, which NKI's samples assert of their inputs
+#: (``assert x.buffer == nl.hbm``). The programs of a launch share them all the same.
+INPUT_BUFFER = Buffer.hbm
 
 class MemorySystem:
     """SBUF, PSUM and the HBM tensors of one run.
@@ -84,9 +87,9 @@ class MemorySystem:
         return tensor
 
     def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
-        """Copy a kernel input into fresh HBM."""
+        """Copy a kernel input into fresh HBM (an input reports ``nl.hbm``: see :data:`INPUT_BUFFER`)."""
         storage = self._hbm_storage(values.shape, dtype, name)
-        tensor = Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, Buffer.shared_hbm, name, storage, None)
+        tensor = Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, INPUT_BUFFER, name, storage, None)
         tensor.array[...] = values
         return tensor
 
