@@ -73,6 +73,7 @@ class Tensor:
         "_base",
         "_geometry",
         "_region",
+        "_row_box",
         "_start",
         "array",
         "buffer",
@@ -107,6 +108,7 @@ class Tensor:
         self._region: Region | None = None
         self._start: int | None = None
         self._geometry: tuple[object, ...] | None = None
+        self._row_box: tuple[int, int, int, int] | bool | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
         #: Why this view may not be used (an empty slice, a pattern outside the tensor), or None.
@@ -251,6 +253,39 @@ class Tensor:
                 first,
             )
         return geometry
+
+    @property
+    def row_box(self) -> tuple[int, int, int, int] | None:
+        """``(r0, r1, b0, b1)`` when this static view's bytes are exactly rows ``[r0, r1)`` x bytes ``[b0, b1)``.
+
+        That is a view whose free dims are contiguous within each partition (a whole tile,
+        a partition range, a column range); None for a dynamic, strided or empty view, or one
+        whose partitions are not consecutive rows.
+        """
+        box = self._row_box
+        if box is None:
+            box = self._row_box = self._find_row_box()
+        return box or None  # type: ignore[return-value]
+
+    def _find_row_box(self) -> tuple[int, int, int, int] | bool:
+        if self.is_dynamic or self.defect is not None:
+            return False
+        array = self.array
+        shape, strides = array.shape, array.strides
+        if array.ndim < 2 or array.size == 0:
+            return False
+        row_bytes = self.storage.row_bytes
+        if shape[0] > 1 and strides[0] != row_bytes:
+            return False
+        step = array.itemsize
+        for extent, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
+            if extent != 1 and stride != step:
+                return False
+            step *= extent
+        row, col = divmod(self.byte_offset, row_bytes)
+        if col + step > row_bytes:
+            return False
+        return (row, row + shape[0], col, col + step)
 
     @property
     def byte_offset(self) -> int:
