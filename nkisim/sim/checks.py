@@ -230,6 +230,8 @@ class Checker:
                 self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = mark
             else:
                 self._bytes_of(t)[...] = mark
+                if t._base is None and t.row_box is not None:
+                    self._written_tiles.add(t.uid)  # every byte of the tile is written now (see _taint)
         if self._carrying is not None:
             dst, taint = self._carrying
             self._carrying = None

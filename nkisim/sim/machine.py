@@ -289,7 +289,8 @@ class Machine:
         read_regions = [t.region for _, t in reads]
         write_regions = [t.region for _, t in writes]
         for _, t in (*reads, *writes):
-            read_regions.extend(t.offset_regions)  # a dynamic .ap() view reads its offset tile or register
+            if t.__class__ is not Tensor:  # a dynamic .ap() view reads its offset tile or register
+                read_regions.extend(t.offset_regions)
         if spec.extra_accesses is not None:
             more_reads, more_writes = spec.extra_accesses(ops)
             read_regions += more_reads
@@ -304,9 +305,12 @@ class Machine:
         writes: list[tuple[str, Tensor]],
     ) -> None:
         """Every on-chip operand is a tile of this core's SBUF or PSUM (not one kept from an earlier run)."""
-        mine = (self.memory.sbuf.storage, self.memory.psum.storage)
+        sbuf, psum = self.memory.sbuf.storage, self.memory.psum.storage
         for name, t in (*reads, *writes):
-            if t.buffer.is_on_chip and t.storage.kind in ("sbuf", "psum") and t.storage not in mine:
+            storage = t.storage
+            if storage is sbuf or storage is psum:
+                continue
+            if t.buffer.is_on_chip and storage.kind in ("sbuf", "psum"):
                 raise OperandError(
                     f"{t.name!r} is a {t.buffer.value.upper()} tile of another run (kept from an earlier kernel run, "
                     "or another core's); on-chip tiles live only in the run that allocated them",

@@ -76,7 +76,8 @@ class Scheduler:
         self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
         self.timeline = Timeline()
         self._dma_tracks = [f"DMA q{queue}" for queue in range(hw.dma.queues)]
-        self._compute_tracks: dict[tuple[Engine, int | None], str] = {}
+        #: Track names by (engine value, unit): enum members hash through a Python call, their values do not.
+        self._compute_tracks: dict[tuple[int, int | None], str] = {}
         #: When each compute track (an engine, or one unit of a replicated engine) is free.
         self._engine_free: dict[str, float] = {}
         self._queue_free = [0.0] * hw.dma.queues
@@ -89,10 +90,11 @@ class Scheduler:
         self._matmul_start = 0.0
         self._table: str | None = None
         self._port_free = {port.name: 0.0 for port in hw.ports}
-        self._ports = {e: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
-        #: :meth:`_static_ns` by (engine, field): constants of ``hw``, worked out once per run.
-        self._static: dict[tuple[Engine, str], float] = {}
-        self._access_ns: dict[Engine, float] = {}  # the access latency of each engine, by engine alone
+        #: The shared memory ports of each engine, by engine value.
+        self._ports = {e.value: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
+        #: :meth:`_static_ns` by (engine value, field): constants of ``hw``, worked out once per run.
+        self._static: dict[tuple[int, str], float] = {}
+        self._access_ns: dict[int, float] = {}  # the access latency of each engine, by engine value
 
     def _track(self, engine: Engine, unit: int | None) -> tuple[str, int]:
         """The track an instruction runs on, and its DMA queue (-1 for a compute engine).
@@ -103,9 +105,10 @@ class Scheduler:
             free = self._queue_free
             queue = free.index(min(free))  # the first of the queues free earliest
             return self._dma_tracks[queue], queue
-        track = self._compute_tracks.get((engine, unit))
+        key = (engine._value_, unit)
+        track = self._compute_tracks.get(key)
         if track is None:
-            track = self._compute_tracks[engine, unit] = engine.title if unit is None else f"{engine.title} {unit}"
+            track = self._compute_tracks[key] = engine.title if unit is None else f"{engine.title} {unit}"
         return track, -1
 
     def earliest_start(
@@ -157,9 +160,9 @@ class Scheduler:
         if queue >= 0:
             visible = end
         else:
-            latency = self._access_ns.get(engine)
+            latency = self._access_ns.get(engine._value_)
             if latency is None:
-                latency = self._access_ns[engine] = self._static_ns(engine, "access_latency_cycles")
+                latency = self._access_ns[engine._value_] = self._static_ns(engine, "access_latency_cycles")
             visible = end + latency
         index = len(tl)
         self._last_on_track[track] = index
@@ -171,7 +174,7 @@ class Scheduler:
 
     def _static_ns(self, engine: Engine, cycles_field: str) -> float:
         """A per-engine static cost in ns (the Tensor Engine has none of these)."""
-        key = (engine, cycles_field)
+        key = (engine._value_, cycles_field)
         ns = self._static.get(key)
         if ns is None:
             ns = (
@@ -209,7 +212,7 @@ class Scheduler:
             if self._table is not None:
                 busy += self.hw.scalar.table_switch_cycles / self.hw.scalar.clock_ghz
             self._table = cost.table
-        engine_ports = self._ports[engine]
+        engine_ports = self._ports[engine._value_]
         if engine_ports:
             memories = {r.storage.kind for r in reads}
             memories.update(r.storage.kind for r in writes)
