@@ -156,11 +156,17 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         self.raise_defect()
         key = self._normalise_index(index)
-        view = self.array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
+        array = self.array
+        view = array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
         if self.buffer.is_on_chip:
             while view.ndim < 2:
                 view = view[..., np.newaxis]
-        result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
+        start = None
+        if view.size:  # where element 0 of the view is: this view's first index along each dim
+            start = self.byte_offset
+            for item, stride in zip(key, array.strides):
+                start += (item.start if item.__class__ is slice else item) * stride
+        result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self, start)
         if view.size == 0:
             empty = view.shape.index(0)
             result.defect = BoundsError(f"slice selects no elements of dim {empty} of {self!r}")
