@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,9 +58,8 @@ class LoopFrame:
     fresh: int
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One instruction issued inside ``affine_range`` loops."""
+class Event(NamedTuple):
+    """One instruction issued inside ``affine_range`` loops (a tuple: one is made per instruction)."""
 
     frames: tuple[LoopFrame, ...]
     loc: SourceLoc
@@ -90,6 +90,8 @@ class LoopTracker:
         self._reads: dict[int, _Shadow] = {}
         #: Per loop execution, the tensor-uid mark and loop value at the start of each iteration.
         self._marks: dict[int, list[tuple[int, int]]] = {}
+        #: Per running loop, the tensor uids its earlier iterations allocated: [first, fresh).
+        self._spans: tuple[tuple[int, int], ...] = ()
 
     # -- the loops ----------------------------------------------------------------------
 
@@ -104,6 +106,15 @@ class LoopTracker:
         mark = uid_mark()
         self._marks.setdefault(instance, []).append((mark, value))
         self.frames = (*frames, LoopFrame(instance, position, value, loc, mark))
+        self._set_spans()
+
+    def _set_spans(self) -> None:
+        spans = []
+        for frame in self.frames:
+            marks = self._marks.get(frame.instance)
+            if marks:
+                spans.append((marks[0][0], frame.fresh))
+        self._spans = tuple(spans)
 
     def leave(self, instance: int) -> None:
         self.frames = tuple(f for f in self.frames if f.instance != instance)
@@ -112,6 +123,7 @@ class LoopTracker:
             self._events = [None]
             self._writes.clear()
             self._reads.clear()
+        self._set_spans()
 
     @property
     def active(self) -> bool:
@@ -141,9 +153,13 @@ class LoopTracker:
             writes = [(name, t) for name, t in writes if t.uid < fresh]
             if not reads and not writes:
                 return
+        spans = self._spans
         for how, accesses in (("read", reads), ("write", writes)):
             for name, t in accesses:
-                if self._from_an_earlier_iteration(instruction, loc, name, t, how, report):
+                uid = t.uid
+                if any(first <= uid < end for first, end in spans) and self._from_an_earlier_iteration(
+                    instruction, loc, name, t, how, report
+                ):
                     return
         written = {(id(t.storage), t.region) for _, t in writes}
         read = {(id(t.storage), t.region) for _, t in reads}
