@@ -161,17 +161,17 @@ class LoopTracker:
                     instruction, loc, name, t, how, report
                 ):
                     return
-        written = {(id(t.storage), t.region) for _, t in writes}
-        read = {(id(t.storage), t.region) for _, t in reads}
+        written = {_bytes_key(t) for _, t in writes}
+        read = {_bytes_key(t) for _, t in reads}
         rmw = bool(written & read)
         event_id = len(self._events)
         tiles = frozenset(t.uid for _, t in (*reads, *writes))
         self._events.append(Event(self.frames, loc, instruction, accumulates or rmw, tiles))
         for name, t in reads:
-            folds = accumulates or (id(t.storage), t.region) in written
+            folds = accumulates or _bytes_key(t) in written
             self._check(self._shadow(self._writes, t), instruction, name, t, folds, "read", report)
         for name, t in writes:
-            folds = accumulates or (id(t.storage), t.region) in read
+            folds = accumulates or _bytes_key(t) in read
             how = "write" if t.buffer.is_on_chip else "write HBM"
             shadows = self._reads if t.buffer.is_on_chip else self._writes
             self._check(self._shadow(shadows, t), instruction, name, t, folds, how, report)
@@ -330,6 +330,12 @@ def _minus(box: tuple[int, int, int, int, int], r: Region) -> list[tuple[int, in
     if r.b1 < b1:
         out.append((lo, hi, r.b1, b1, event))
     return out
+
+
+def _bytes_key(t: Tensor) -> tuple[int, int, int, int, int]:
+    """The storage and rectangle of ``t``'s region as a plain tuple (equal exactly when the regions are)."""
+    r = t.region
+    return (id(r.storage), r.r0, r.r1, r.b0, r.b1)
 
 
 def _dense(t: Tensor) -> bool:
