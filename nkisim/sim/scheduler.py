@@ -31,6 +31,9 @@ from nkisim.sim.timeline import Operands, Timeline
 
 __all__ = ["BandwidthCalendar", "Scheduler", "Timeline"]
 
+#: Sites one scheduler remembers by the identity of their operand summary.
+MAX_SITES = 4096
+
 
 class BandwidthCalendar:
     """Busy intervals of a shared resource; a booking takes the first gap that fits."""
@@ -95,6 +98,8 @@ class Scheduler:
         #: :meth:`_static_ns` by (engine value, field): constants of ``hw``, worked out once per run.
         self._static: dict[tuple[int, str], float] = {}
         self._access_ns: dict[int, float] = {}  # the access latency of each engine, by engine value
+        #: Timeline sites by the identity of an operand summary and the rest of the site (the entry keeps the summary).
+        self._sites: dict[tuple[object, ...], tuple[Operands, type, type, int]] = {}
 
     def _track(self, engine: Engine, unit: int | None) -> tuple[str, int]:
         """The track an instruction runs on, and its DMA queue (-1 for a compute engine).
@@ -169,7 +174,17 @@ class Scheduler:
         pred = producer if ready > free else previous
         self.tracker.commit(reads, writes, end, index, track_id, visible)
         wait = max(0.0, ready - free)
-        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, cost.bytes, cost.flops, args)
+        nbytes, flops = cost.bytes, cost.flops
+        # a call with the very operand summary of an earlier one from its line has its site: no need to hash the summary
+        site_key = (id(args), opcode, source.file, source.line, source.function, nbytes, flops)
+        known = self._sites.get(site_key)
+        if known is not None and known[0] is args and known[1] is nbytes.__class__ and known[2] is flops.__class__:
+            site = known[3]
+        else:
+            site = tl.site_number(opcode, source, nbytes, flops, args)
+            if len(self._sites) < MAX_SITES:
+                self._sites[site_key] = (args, nbytes.__class__, flops.__class__, site)
+        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, nbytes, flops, args, site)
         return start, end
 
     def _static_ns(self, engine: Engine, cycles_field: str) -> float:

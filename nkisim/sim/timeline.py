@@ -27,10 +27,6 @@ from nkisim.errors import SourceLoc
 Operands = tuple[tuple[str, object], ...]
 
 
-#: How many (summary, line) pairs :meth:`Timeline._site` remembers before it starts again.
-_RECENT = 32
-
-
 class Site(NamedTuple):
     """What the instructions issued from one kernel line with the same operands share.
 
@@ -100,8 +96,6 @@ class Timeline:
         self.sites: list[Site] = []
         self._site_ids: dict[tuple[object, ...], int | list[int]] = {}
         self._pairs: dict[tuple[object, ...], tuple[str, object]] = {}
-        #: Sites of recent calls by the identity of their operand summary (which the entry keeps alive).
-        self._recent: dict[tuple[object, ...], tuple[Operands, type, type, int]] = {}
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -132,8 +126,10 @@ class Timeline:
         nbytes: int,
         flops: float,
         args: Operands = (),
+        site: int | None = None,
     ) -> None:
-        """Add one instruction (``track`` is a :meth:`track_number`)."""
+        """Add one instruction (``track`` is a :meth:`track_number`; ``site``, if given, the :meth:`site_number`
+        of its opcode, source, bytes, flops and operands)."""
         self.start_ns.append(start)
         self.end_ns.append(end)
         self.busy_ns.append(busy)
@@ -141,7 +137,11 @@ class Timeline:
         self.producer.append(producer)
         self.pred.append(pred)
         self.track_id.append(track)
-        self.site_id.append(self._site(opcode, source, nbytes, flops, args))
+        self.site_id.append(self._site(opcode, source, nbytes, flops, args) if site is None else site)
+
+    def site_number(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
+        """The number of the site of these values, made if it is new (see :class:`Site`)."""
+        return self._site(opcode, source, nbytes, flops, args)
 
     def _site(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
         """The number of the site these values belong to, made if it is new.
@@ -151,19 +151,6 @@ class Timeline:
         site shares each ``(argument, value)`` pair but numbers with the sites before it,
         so a site that differs from another in one scalar costs little more than that scalar.
         """
-        # the same operand summary object as a recent call from this line: no need to hash the operands
-        recent_key = (id(args), opcode, source.file, source.line, source.function, nbytes, flops)
-        recent = self._recent.get(recent_key)
-        if recent is not None and recent[0] is args and recent[1] is nbytes.__class__ and recent[2] is flops.__class__:
-            return recent[3]
-        number = self._find_site(opcode, source, nbytes, flops, args)
-        if len(self._recent) >= _RECENT:
-            self._recent.clear()
-        self._recent[recent_key] = (args, nbytes.__class__, flops.__class__, number)
-        return number
-
-    def _find_site(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
-        """:meth:`_site` by the values (see there)."""
         # the location by its fields: a SourceLoc is made at every call, and comparing two is slower
         key = (opcode, source.file, source.line, source.function, nbytes, flops, args)
         try:
