@@ -19,7 +19,16 @@ import numpy as np
 
 from nkisim.errors import BoundsError, DtypeError, MemoryKindError, OperandError, ShapeError
 from nkisim.memory.dtypes import dtype_name, to_dtype
-from nkisim.memory.pattern import Layout, ScalarSource, check_static, is_int, layout_of, parse_pattern, strided
+from nkisim.memory.pattern import (
+    Layout,
+    ScalarSource,
+    check_static,
+    is_int,
+    layout_of,
+    parse_pattern,
+    row_box_of,
+    strided,
+)
 from nkisim.memory.space import Buffer, Storage
 
 
@@ -270,28 +279,9 @@ class Tensor:
         """
         box = self._row_box
         if box is None:
-            box = self._row_box = self._find_row_box()
+            static = not self.is_dynamic and self.defect is None
+            box = self._row_box = static and row_box_of(self.array, self.storage.row_bytes, self.byte_offset)
         return box or None  # type: ignore[return-value]
-
-    def _find_row_box(self) -> tuple[int, int, int, int] | bool:
-        if self.is_dynamic or self.defect is not None:
-            return False
-        array = self.array
-        shape, strides = array.shape, array.strides
-        if array.ndim < 2 or array.size == 0:
-            return False
-        row_bytes = self.storage.row_bytes
-        if shape[0] > 1 and strides[0] != row_bytes:
-            return False
-        step = array.itemsize
-        for extent, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
-            if extent != 1 and stride != step:
-                return False
-            step *= extent
-        row, col = divmod(self.byte_offset, row_bytes)
-        if col + step > row_bytes:
-            return False
-        return (row, row + shape[0], col, col + step)
 
     @property
     def byte_offset(self) -> int:
