@@ -17,6 +17,7 @@ import os
 import runpy
 import sys
 import time
+from pathlib import Path as _Path
 from typing import Any
 
 import numpy as np
@@ -418,6 +419,22 @@ def _run_command(args: argparse.Namespace) -> int:
         return 1
 
 
+def bench(repeat: int, tutorial: bool, clock: str) -> int:
+    """Run ``benchmarks/bench_core.py`` of the source checkout this package was loaded from."""
+    script = _Path(nkisim.__file__).resolve().parent.parent / "benchmarks" / "bench_core.py"
+    if not script.is_file():
+        print(f"error: {script} not found; python -m nkisim bench runs from a source checkout", file=sys.stderr)
+        return 2
+    argv = [str(script), "--repeat", str(repeat), "--clock", clock, *(["--tutorial"] if tutorial else [])]
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nkisim", description="nkisim: simulate NKI kernels on a CPU")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -428,12 +445,20 @@ def main(argv: list[str] | None = None) -> int:
     demo_cmd.add_argument("--target", choices=generation_names(), default=None, help="hardware generation")
     demo_cmd.add_argument("--trace", default="nkisim_demo.perfetto.json", help="Perfetto trace path ('' for none)")
     commands.add_parser("isa-doc", help="print the instruction table of docs/isa.md")
+    bench_cmd = commands.add_parser(
+        "bench", help="print the speed figures of benchmarks/bench_core.py (needs a source checkout)"
+    )
+    bench_cmd.add_argument("--repeat", type=int, default=5, help="timed runs per figure (default: 5)")
+    bench_cmd.add_argument("--tutorial", action="store_true", help="also profile the 4096x8192x8192 tutorial matmul")
+    bench_cmd.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time or process CPU time")
     _add_run_command(commands)
     _add_profile_command(commands)
     add_sweep_command(commands, generation_names())
     args = parser.parse_args(argv)
     if args.command in _COMMANDS:
         return _run_command(args)
+    if args.command == "bench":
+        return bench(args.repeat, args.tutorial, args.clock)
     if args.command == "isa-doc":
         from nkisim.isa.catalog import isa_markdown
 

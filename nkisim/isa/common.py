@@ -60,7 +60,10 @@ def apply_alu(op: Op, x: np.ndarray, y: np.ndarray | np.float32, reverse: bool) 
     assert op.binary is not None
     with np.errstate(all="ignore"):  # IEEE results (inf, NaN) as the engines give them, without numpy's warnings
         result = op.binary(y, x) if reverse else op.binary(x, y)
-    return np.broadcast_to(result, np.broadcast_shapes(np.shape(x), np.shape(y)))
+    shape = np.shape(x)
+    if result.__class__ is np.ndarray and result.shape == shape and np.shape(y) in (shape, ()):
+        return result  # already the broadcast shape
+    return np.broadcast_to(result, np.broadcast_shapes(shape, np.shape(y)))
 
 
 # -- checks ---------------------------------------------------------------------------

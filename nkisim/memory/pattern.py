@@ -167,3 +167,22 @@ def strided(layout: Layout, pairs: Sequence[tuple[int, int]], offset: int) -> np
     shape = tuple(num for _, num in pairs)
     steps = [step for step, _ in pairs]
     return np.lib.stride_tricks.as_strided(first, shape=shape, strides=layout.strides_bytes(steps))
+
+
+def row_box_of(array: np.ndarray, row_bytes: int, start: int) -> tuple[int, int, int, int] | bool:
+    """``(r0, r1, b0, b1)`` when the bytes of ``array`` (a view at byte ``start`` of rows of ``row_bytes``)
+    are exactly rows ``[r0, r1)`` x bytes ``[b0, b1)``: consecutive rows, contiguous free dims; else False."""
+    shape, strides = array.shape, array.strides
+    if array.ndim < 2 or array.size == 0:
+        return False
+    if shape[0] > 1 and strides[0] != row_bytes:
+        return False
+    step = array.itemsize
+    for extent, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
+        if extent != 1 and stride != step:
+            return False
+        step *= extent
+    row, col = divmod(start, row_bytes)
+    if col + step > row_bytes:
+        return False
+    return (row, row + shape[0], col, col + step)

@@ -56,11 +56,13 @@ class Storage:
     ``row_granule`` and ``col_granule`` set the resolution of dependency tracking.
     """
 
-    __slots__ = ("acc_flags", "base_address", "bytes", "col_granule", "kind", "row_granule", "uid")
+    __slots__ = ("acc_flags", "address", "base_address", "bytes", "col_granule", "kind", "row_granule", "uid")
 
     def __init__(self, kind: str, rows: int, row_bytes: int, base_address: int = 0) -> None:
         self.kind = kind
         self.bytes = np.zeros((rows, row_bytes), dtype=np.uint8)
+        #: Where :attr:`bytes` starts in host memory (views find their offset from it).
+        self.address: int = self.bytes.ctypes.data
         self.base_address = base_address
         self.uid = next(_storage_ids)
         on_chip = kind != "hbm"

@@ -113,14 +113,15 @@ class MemorySystem:
             alloc = memory.place(col, row, free_bytes, partitions, what, loc)
         offset, row = alloc.offset, alloc.partition_offset
         storage = memory.storage
+        start = row * storage.row_bytes + offset
         array = np.ndarray(
             shape=shape,
             dtype=dtype,
             buffer=storage.bytes,
-            offset=row * storage.row_bytes + offset,
+            offset=start,
             strides=(storage.row_bytes, *_contiguous_strides(shape[1:], dtype.itemsize)),
         )
-        tensor = Tensor(array, dtype, buffer, name, storage, None)
+        tensor = Tensor(array, dtype, buffer, name, storage, None, start)
         weakref.finalize(tensor, memory.free, alloc.handle)
         if memory.recording:
             self._allocations[tensor.uid] = (memory, alloc.serial)

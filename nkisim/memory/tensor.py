@@ -19,7 +19,16 @@ import numpy as np
 
 from nkisim.errors import BoundsError, DtypeError, MemoryKindError, OperandError, ShapeError
 from nkisim.memory.dtypes import dtype_name, to_dtype
-from nkisim.memory.pattern import Layout, ScalarSource, check_static, is_int, layout_of, parse_pattern, strided
+from nkisim.memory.pattern import (
+    Layout,
+    ScalarSource,
+    check_static,
+    is_int,
+    layout_of,
+    parse_pattern,
+    row_box_of,
+    strided,
+)
 from nkisim.memory.space import Buffer, Storage
 
 
@@ -71,7 +80,9 @@ class Tensor:
     __slots__ = (
         "__weakref__",
         "_base",
+        "_geometry",
         "_region",
+        "_row_box",
         "_start",
         "array",
         "buffer",
@@ -83,10 +94,18 @@ class Tensor:
     )
 
     def __init__(
-        self, array: np.ndarray, dtype: np.dtype, buffer: Buffer, name: str, storage: Storage, base: Tensor | None
+        self,
+        array: np.ndarray,
+        dtype: np.dtype,
+        buffer: Buffer,
+        name: str,
+        storage: Storage,
+        base: Tensor | None,
+        start: int | None = None,
     ) -> None:
         self.array = array
         self._view_of(dtype, buffer, name, storage, base)
+        self._start = start  # the byte offset of element 0, when the caller knows it
 
     def _view_of(self, dtype: np.dtype, buffer: Buffer, name: str, storage: Storage, base: Tensor | None) -> None:
         """Set what every view holds besides its array (a dynamic view computes its array)."""
@@ -97,6 +116,8 @@ class Tensor:
         self._base = base
         self._region: Region | None = None
         self._start: int | None = None
+        self._geometry: tuple[object, ...] | None = None
+        self._row_box: tuple[int, int, int, int] | bool | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
         #: Why this view may not be used (an empty slice, a pattern outside the tensor), or None.
@@ -144,11 +165,17 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         self.raise_defect()
         key = self._normalise_index(index)
-        view = self.array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
+        array = self.array
+        view = array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
         if self.buffer.is_on_chip:
             while view.ndim < 2:
                 view = view[..., np.newaxis]
-        result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
+        start = None
+        if view.size:  # where element 0 of the view is: this view's first index along each dim
+            start = self.byte_offset
+            for item, stride in zip(key, array.strides):
+                start += (item.start if item.__class__ is slice else item) * stride
+        result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self, start)
         if view.size == 0:
             empty = view.shape.index(0)
             result.defect = BoundsError(f"slice selects no elements of dim {empty} of {self!r}")
@@ -211,15 +238,57 @@ class Tensor:
     def region(self) -> Region:
         """The rectangle of bytes this view reads or writes (a conservative bounding box)."""
         if self._region is None:
-            self._region = _region_of(self.array, self.storage)
+            self._region = _region_of(self.array, self.storage, self.byte_offset)
         return self._region
+
+    @property
+    def geometry(self) -> tuple[object, ...] | None:
+        """What rules and costs may read of this view, as a hashable key; None for a dynamic or defective view.
+
+        The dtype (and its identity: float32 and tfloat32 are equal dtypes), buffer, shape, strides,
+        the partition rows of :attr:`region` and the first partition. Two views with the same
+        geometry differ only in where their bytes are within a partition and in their values.
+        """
+        geometry = self._geometry
+        if geometry is None:
+            if self.defect is not None or self.is_dynamic:
+                return None
+            region = self.region
+            array = self.array
+            dtype = self.dtype
+            first = self.byte_offset // self.storage.row_bytes
+            geometry = self._geometry = (
+                dtype,
+                id(dtype),
+                self.buffer,
+                array.shape,
+                array.strides,
+                region.r0,
+                region.r1,
+                first,
+            )
+        return geometry
+
+    @property
+    def row_box(self) -> tuple[int, int, int, int] | None:
+        """``(r0, r1, b0, b1)`` when this static view's bytes are exactly rows ``[r0, r1)`` x bytes ``[b0, b1)``.
+
+        That is a view whose free dims are contiguous within each partition (a whole tile,
+        a partition range, a column range); None for a dynamic, strided or empty view, or one
+        whose partitions are not consecutive rows.
+        """
+        box = self._row_box
+        if box is None:
+            static = not self.is_dynamic and self.defect is None
+            box = self._row_box = static and row_box_of(self.array, self.storage.row_bytes, self.byte_offset)
+        return box or None  # type: ignore[return-value]
 
     @property
     def byte_offset(self) -> int:
         """Offset of element 0 from the start of its storage."""
         start = self._start
         if start is None:
-            start = self.array.ctypes.data - self.storage.bytes.ctypes.data
+            start = self.array.ctypes.data - self.storage.address
             if not self.is_dynamic:  # a dynamic view moves with its offset's value
                 self._start = start
         return start
@@ -283,9 +352,9 @@ def _check_slice(item: slice, extent: int, dim: int, tensor: Tensor) -> slice:
     return slice(start, stop, step)
 
 
-def _region_of(array: np.ndarray, storage: Storage) -> Region:
+def _region_of(array: np.ndarray, storage: Storage, start: int) -> Region:
+    """The bounding rectangle of ``array``, a view of ``storage`` whose element 0 is at byte ``start``."""
     row_bytes = storage.row_bytes
-    start = array.__array_interface__["data"][0] - storage.bytes.__array_interface__["data"][0]
     if array.size == 0:
         row = start // row_bytes
         return Region(storage, row, row, 0, 0)

@@ -25,7 +25,7 @@ from nkisim.hw import Engine, HwConfig
 from nkisim.isa.spec import Access, InstructionSpec, Operands
 from nkisim.memory import Buffer, Storage, Tensor, dtype_name
 from nkisim.memory.dtypes import ConversionLog
-from nkisim.sim.carried import carrier
+from nkisim.sim.carried import Carrier, carrier
 from nkisim.sim.loops import LoopTracker
 
 #: The values of ``check=``.
@@ -97,7 +97,9 @@ class Checker:
         #: Per byte marked _CARRIED: the number of its entry in ``_origins`` (1-based).
         self._origin_maps: dict[int, np.ndarray] = {}
         #: View geometries (partition rows, shape, strides, itemsize) that passed the operand rules.
-        self._legal_geometries: set[tuple[object, ...]] = set()
+        self._legal_geometries: set[object] = set()
+        #: The tensor fields each operand model only reads, by model class.
+        self._inputs: dict[type, frozenset[str]] = {}
         #: Tiles (allocation uids) every byte of which has been written (see :meth:`_taint`).
         self._written_tiles: set[int] = set()
         #: Where carried never-written values were first read: (loc, instruction, rule).
@@ -147,7 +149,15 @@ class Checker:
     def allocated(self, tensor: Tensor, placed: bool) -> None:
         """A new on-chip tile: its bytes are unwritten (unless placed on purpose over another's)."""
         if not placed:
-            self._view(tensor, every_byte=True)[...] = 0
+            self._bytes_of(tensor)[...] = 0
+
+    def _bytes_of(self, t: Tensor) -> np.ndarray:
+        """The shadow of every byte of a static view: a slice of rows and bytes when the view covers one."""
+        box = t.row_box
+        if box is None:
+            return self._view(t, every_byte=True)
+        r0, r1, b0, b1 = box
+        return self._shadow(t.storage)[r0:r1, b0:b1]
 
     def _view(self, t: Tensor, every_byte: bool) -> np.ndarray:
         """The shadow bytes of a static view: every byte of each element, or the first byte of each."""
@@ -219,7 +229,9 @@ class Checker:
                 r = t.region
                 self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = mark
             else:
-                self._view(t, every_byte=True)[...] = mark
+                self._bytes_of(t)[...] = mark
+                if t._base is None and t.row_box is not None:
+                    self._written_tiles.add(t.uid)  # every byte of the tile is written now (see _taint)
         if self._carrying is not None:
             dst, taint = self._carrying
             self._carrying = None
@@ -241,8 +253,10 @@ class Checker:
         moves never-written elements to its dst instead; they are reported, at the line
         that first read them, when an instruction uses them.
         """
-        inputs = {field for field, access in ops.tensor_fields if access is Access.read}
-        moves = carrier(name, ops, self.hw)
+        inputs = self._inputs.get(ops.__class__)
+        if inputs is None:
+            inputs = self._inputs[ops.__class__] = frozenset(f for f, a in ops.tensor_fields if a is Access.read)
+        moves: Carrier | bool | None = False  # looked up when a read is found not all written
         carried: dict[str, np.ndarray] = {}
         for operand, t in reads:
             if operand not in inputs or not _tracked(t) or t.is_dynamic or t.size == 0:
@@ -250,7 +264,9 @@ class Checker:
             taint = self._taint(t)
             if taint is None:
                 continue
-            if moves is None or operand not in moves.srcs:
+            if moves is False:
+                moves = carrier(name, ops, self.hw)
+            if moves is None or operand not in moves.srcs:  # type: ignore[union-attr]
                 self._used(opcode, loc, operand, t, taint)
                 continue
             never = taint == -1
@@ -258,7 +274,7 @@ class Checker:
                 self._origins.append((loc, opcode, _never_written(operand, t, never)))
                 taint[never] = len(self._origins)
             carried[operand] = taint
-        if not carried or moves is None:
+        if not carried or not isinstance(moves, Carrier):
             return
         for operand, t in reads:
             if operand in moves.srcs and operand not in carried:
@@ -288,10 +304,10 @@ class Checker:
 
         Both depend only on the view's geometry: a geometry that passed once passes again.
         """
-        region, array = t.region, t.array
-        geometry = (region.r0, region.r1, array.shape, array.strides, array.itemsize)
-        if geometry in self._legal_geometries:
+        geometry = t.geometry
+        if geometry is not None and geometry in self._legal_geometries:
             return
+        region = t.region
         caps = self.hw.capabilities
         start, count = region.r0, region.r1 - region.r0
         if caps.partition_start_quadrants and not _legal_start(start, count):
@@ -322,7 +338,7 @@ class Checker:
                 opcode,
                 f"{name} ({t.name!r}, pattern [stride, size] {pattern}) {problem}; split the instruction",
             )
-        elif not caps.partition_start_quadrants or _legal_start(start, count):
+        elif geometry is not None and (not caps.partition_start_quadrants or _legal_start(start, count)):
             self._legal_geometries.add(geometry)
 
     def _accumulate_rule(self, opcode: str, loc: SourceLoc, writes: list[tuple[str, Tensor]]) -> None:
@@ -441,7 +457,8 @@ def _per_byte(shadow: np.ndarray, t: Tensor, every_byte: bool) -> np.ndarray:
 
 
 def _tracked(t: Tensor) -> bool:
-    return t.buffer.is_on_chip and t.storage.kind in ("sbuf", "psum")
+    buffer = t.buffer
+    return (buffer is Buffer.sbuf or buffer is Buffer.psum) and t.storage.kind in ("sbuf", "psum")
 
 
 def _legal_start(start: int, count: int) -> bool:

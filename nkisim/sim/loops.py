@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,9 +58,8 @@ class LoopFrame:
     fresh: int
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One instruction issued inside ``affine_range`` loops."""
+class Event(NamedTuple):
+    """One instruction issued inside ``affine_range`` loops (a tuple: one is made per instruction)."""
 
     frames: tuple[LoopFrame, ...]
     loc: SourceLoc
@@ -90,6 +90,8 @@ class LoopTracker:
         self._reads: dict[int, _Shadow] = {}
         #: Per loop execution, the tensor-uid mark and loop value at the start of each iteration.
         self._marks: dict[int, list[tuple[int, int]]] = {}
+        #: Per running loop, the tensor uids its earlier iterations allocated: [first, fresh).
+        self._spans: tuple[tuple[int, int], ...] = ()
 
     # -- the loops ----------------------------------------------------------------------
 
@@ -104,6 +106,15 @@ class LoopTracker:
         mark = uid_mark()
         self._marks.setdefault(instance, []).append((mark, value))
         self.frames = (*frames, LoopFrame(instance, position, value, loc, mark))
+        self._set_spans()
+
+    def _set_spans(self) -> None:
+        spans = []
+        for frame in self.frames:
+            marks = self._marks.get(frame.instance)
+            if marks:
+                spans.append((marks[0][0], frame.fresh))
+        self._spans = tuple(spans)
 
     def leave(self, instance: int) -> None:
         self.frames = tuple(f for f in self.frames if f.instance != instance)
@@ -112,6 +123,7 @@ class LoopTracker:
             self._events = [None]
             self._writes.clear()
             self._reads.clear()
+        self._set_spans()
 
     @property
     def active(self) -> bool:
@@ -141,21 +153,25 @@ class LoopTracker:
             writes = [(name, t) for name, t in writes if t.uid < fresh]
             if not reads and not writes:
                 return
+        spans = self._spans
         for how, accesses in (("read", reads), ("write", writes)):
             for name, t in accesses:
-                if self._from_an_earlier_iteration(instruction, loc, name, t, how, report):
+                uid = t.uid
+                if any(first <= uid < end for first, end in spans) and self._from_an_earlier_iteration(
+                    instruction, loc, name, t, how, report
+                ):
                     return
-        written = {(id(t.storage), t.region) for _, t in writes}
-        read = {(id(t.storage), t.region) for _, t in reads}
+        written = {_bytes_key(t) for _, t in writes}
+        read = {_bytes_key(t) for _, t in reads}
         rmw = bool(written & read)
         event_id = len(self._events)
         tiles = frozenset(t.uid for _, t in (*reads, *writes))
         self._events.append(Event(self.frames, loc, instruction, accumulates or rmw, tiles))
         for name, t in reads:
-            folds = accumulates or (id(t.storage), t.region) in written
+            folds = accumulates or _bytes_key(t) in written
             self._check(self._shadow(self._writes, t), instruction, name, t, folds, "read", report)
         for name, t in writes:
-            folds = accumulates or (id(t.storage), t.region) in read
+            folds = accumulates or _bytes_key(t) in read
             how = "write" if t.buffer.is_on_chip else "write HBM"
             shadows = self._reads if t.buffer.is_on_chip else self._writes
             self._check(self._shadow(shadows, t), instruction, name, t, folds, how, report)
@@ -226,19 +242,26 @@ class _Shadow:
     most views cover their whole box, and a new access splits what it overlaps. A view that
     does not (a strided one) switches the storage to a per-byte array of events, exact for
     any view. Dynamic views count as their whole region.
+
+    The boxes are a list of ``(r0, r1, b0, b1, event)`` tuples: a loop nest touches a few
+    boxes of each storage, and plain Python over a few tuples is faster than numpy over them.
     """
 
-    __slots__ = ("boxes", "count", "per_byte", "storage")
+    __slots__ = ("boxes", "per_byte", "storage")
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        self.boxes = np.zeros((8, 5), dtype=np.int64)  # r0, r1, b0, b1, event
-        self.count = 0
+        self.boxes: list[tuple[int, int, int, int, int]] = []
         self.per_byte: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """How many boxes there are."""
+        return len(self.boxes)
 
     def events(self, t: Tensor) -> list[int]:
         """The events (non-zero, earliest first) of the bytes ``t`` touches."""
-        if self.per_byte is None and self.count and not _dense(t):
+        if self.per_byte is None and self.boxes and not _dense(t):
             self._to_per_byte()  # a strided view: only the per-byte record is exact
         if self.per_byte is not None:
             stamps = _byte_view(self.per_byte, t)
@@ -249,12 +272,11 @@ class _Shadow:
                 return []
             low = int(stamps.min())
             return [high] if low == high else [int(e) for e in np.unique(stamps) if e]
-        if self.count == 0:
+        if not self.boxes:
             return []
-        b = self.boxes[: self.count]
         r = t.region
-        hit = (b[:, 0] < r.r1) & (r.r0 < b[:, 1]) & (b[:, 2] < r.b1) & (r.b0 < b[:, 3])
-        return sorted({int(e) for e in b[hit, 4]})
+        r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
+        return sorted({box[4] for box in self.boxes if box[0] < r1 and r0 < box[1] and box[2] < b1 and b0 < box[3]})
 
     def stamp(self, t: Tensor, event: int) -> None:
         """``t``'s bytes were last touched by ``event``."""
@@ -264,44 +286,39 @@ class _Shadow:
             _byte_view(self.per_byte, t)[...] = event
             return
         r = t.region
-        if r.r0 >= r.r1 or r.b0 >= r.b1:
+        r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
+        if r0 >= r1 or b0 >= b1:
             return
-        b = self.boxes[: self.count]
-        hit = (b[:, 0] < r.r1) & (r.r0 < b[:, 1]) & (b[:, 2] < r.b1) & (r.b0 < b[:, 3])
-        hits = np.flatnonzero(hit)
-        if len(hits) == 0:
-            self._append(r.r0, r.r1, r.b0, r.b1, event)
+        boxes = self.boxes
+        hits = [i for i, box in enumerate(boxes) if box[0] < r1 and r0 < box[1] and box[2] < b1 and b0 < box[3]]
+        if not hits:
+            boxes.append((r0, r1, b0, b1, event))
             return
-        if len(hits) == 1 and tuple(b[hits[0], :4]) == (r.r0, r.r1, r.b0, r.b1):
-            b[hits[0], 4] = event  # the same bytes again (a tile reused, or a new one at its address)
+        if len(hits) == 1 and boxes[hits[0]][:4] == (r0, r1, b0, b1):
+            boxes[hits[0]] = (
+                r0,
+                r1,
+                b0,
+                b1,
+                event,
+            )  # the same bytes again (a tile reused, or a new one at its address)
             return
-        pieces = [_minus(box, r) for box in b[hit]]
-        kept = b[~hit]
-        rows = [kept, *(np.array(p, dtype=np.int64).reshape(-1, 5) for p in pieces if p)]
-        rows.append(np.array([[r.r0, r.r1, r.b0, r.b1, event]], dtype=np.int64))
-        merged = np.concatenate(rows) if len(rows) > 1 else rows[0]
-        self.count = len(merged)
-        if self.count > len(self.boxes):
-            self.boxes = np.zeros((2 * self.count, 5), dtype=np.int64)
-        self.boxes[: self.count] = merged
-
-    def _append(self, r0: int, r1: int, b0: int, b1: int, event: int) -> None:
-        if self.count == len(self.boxes):
-            grown = np.zeros((2 * self.count, 5), dtype=np.int64)
-            grown[: self.count] = self.boxes
-            self.boxes = grown
-        self.boxes[self.count] = (r0, r1, b0, b1, event)
-        self.count += 1
+        hit = set(hits)
+        kept = [box for i, box in enumerate(boxes) if i not in hit]
+        for i in hits:
+            kept.extend(_minus(boxes[i], r))
+        kept.append((r0, r1, b0, b1, event))
+        self.boxes = kept
 
     def _to_per_byte(self) -> None:
         self.per_byte = np.zeros(self.storage.bytes.shape, dtype=np.int32)
-        for r0, r1, b0, b1, event in self.boxes[: self.count].tolist():
+        for r0, r1, b0, b1, event in self.boxes:
             self.per_byte[r0:r1, b0:b1] = event
 
 
-def _minus(box: np.ndarray, r: Region) -> list[tuple[int, int, int, int, int]]:
+def _minus(box: tuple[int, int, int, int, int], r: Region) -> list[tuple[int, int, int, int, int]]:
     """The parts of ``box`` outside ``r`` (at most four boxes), keeping its event."""
-    r0, r1, b0, b1, event = (int(v) for v in box)
+    r0, r1, b0, b1, event = box
     out = []
     if r0 < r.r0:
         out.append((r0, r.r0, b0, b1, event))
@@ -313,6 +330,12 @@ def _minus(box: np.ndarray, r: Region) -> list[tuple[int, int, int, int, int]]:
     if r.b1 < b1:
         out.append((lo, hi, r.b1, b1, event))
     return out
+
+
+def _bytes_key(t: Tensor) -> tuple[int, int, int, int, int]:
+    """The storage and rectangle of ``t``'s region as a plain tuple (equal exactly when the regions are)."""
+    r = t.region
+    return (id(r.storage), r.r0, r.r1, r.b0, r.b1)
 
 
 def _dense(t: Tensor) -> bool:

@@ -37,6 +37,7 @@ from nkisim.memory import MemorySystem, Region, Tensor
 from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
 from nkisim.sim.checks import Checker
+from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan
 from nkisim.sim.scheduler import Scheduler, Timeline
 
 #: How many instructions pass between calls of a progress hook.
@@ -131,6 +132,8 @@ class Machine:
         self._limit = self.budget.max_instructions
         self._next_check = 0  # the instruction count at which _checkpoint runs next
         self.checker = checker
+        #: Plans by call key (nkisim.sim.plans): what each operand geometry decided, for this machine.
+        self._plans: dict[tuple[object, ...], Plan] = {}
         if checker is not None:
             self.memory.on_allocate = checker.allocated
 
@@ -145,25 +148,41 @@ class Machine:
         loc = instruction.loc
         if len(self.scheduler.timeline) >= self._next_check:
             self._checkpoint(spec, loc)
-        ops = self._operands(spec, instruction)
-        engine = self._engine(spec, ops, loc)
-        chk = Check(spec.name, engine, self.hw, loc)
-        self._validate(spec, ops, chk)
-        tensor_reads, tensor_writes = ops.accessed()
+        arguments = instruction.arguments
+        key = call_key(instruction.opcode, arguments)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            ops = self._operands(spec, instruction)
+            engine = self._engine(spec, ops, loc)
+            self._validate(spec, ops, Check(spec.name, engine, self.hw, loc))
+            tensor_reads, tensor_writes = ops.accessed()
+        else:
+            ops = bind(plan, spec, arguments) if plan.template is not None else self._operands(spec, instruction)
+            engine = plan.engine
+            tensor_reads = [(name, arguments[name]) for name in plan.reads]
+            tensor_writes = [(name, arguments[name]) for name in plan.writes]
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
         self.memory.issued(len(self.scheduler.timeline), tensor_reads, tensor_writes)
         checker = self.checker
         if checker is not None:
             checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes)
         if self.compute:
-            self._execute(spec, ops, chk)
+            self._execute(spec, ops, engine, loc)
         if checker is not None:
             checker.after(spec, engine, tensor_writes)
         reads, writes = self._accesses(spec, ops, tensor_reads, tensor_writes)
-        cost = spec.cost(ops, self.hw, engine)
+        if plan is None:
+            cost = spec.cost(ops, self.hw, engine)
+            summary = _summary(ops) if self.operands else ()
+            if key is not None and len(self._plans) < MAX_PLANS:
+                self._plans[key] = make_plan(spec, arguments, ops, engine, cost, summary)
+        else:
+            cost = cost_of(plan, ops) if plan.cost is not None else spec.cost(ops, self.hw, engine)
+            summary = plan.summary
         not_before = 0.0
         if spec.synchronise is not None:
             arrival = self.scheduler.earliest_start(engine, reads, writes, instruction.unit)
+            chk = Check(spec.name, engine, self.hw, loc)
             not_before, cost = spec.synchronise(ops, self.peer, arrival, cost, self.compute, chk)
         self.scheduler.schedule(
             spec.name,
@@ -173,7 +192,7 @@ class Machine:
             writes,
             loc,
             not_before=not_before,
-            args=_summary(ops) if self.operands else (),
+            args=summary,
             unit=instruction.unit,
         )
         if self.peer is not None:
@@ -238,7 +257,7 @@ class Machine:
         if spec.validate is not None:
             spec.validate(ops, chk)
 
-    def _execute(self, spec: InstructionSpec, ops: Any, chk: Check) -> None:
+    def _execute(self, spec: InstructionSpec, ops: Any, engine: Engine, loc: SourceLoc) -> None:
         checker = self.checker
         token = None if checker is None else conversions_to(checker.conversions)
         try:
@@ -248,16 +267,16 @@ class Machine:
         except Exception as exc:  # a bug in nkisim, reported at the kernel's line
             raise ExecutionError(
                 f"failed: {type(exc).__name__}: {exc}",
-                loc=chk.loc,
+                loc=loc,
                 instruction=f"nisa.{spec.name}",
-                engine=chk.engine.title,
+                engine=engine.title,
                 target=self.hw.name,
             ) from exc
         finally:
             if token is not None:
                 stop_conversions(token)
         if checker is not None:
-            checker.converted(spec.name, chk.loc)
+            checker.converted(spec.name, loc)
 
     def _accesses(
         self,
@@ -270,7 +289,8 @@ class Machine:
         read_regions = [t.region for _, t in reads]
         write_regions = [t.region for _, t in writes]
         for _, t in (*reads, *writes):
-            read_regions.extend(t.offset_regions)  # a dynamic .ap() view reads its offset tile or register
+            if t.__class__ is not Tensor:  # a dynamic .ap() view reads its offset tile or register
+                read_regions.extend(t.offset_regions)
         if spec.extra_accesses is not None:
             more_reads, more_writes = spec.extra_accesses(ops)
             read_regions += more_reads
@@ -285,9 +305,12 @@ class Machine:
         writes: list[tuple[str, Tensor]],
     ) -> None:
         """Every on-chip operand is a tile of this core's SBUF or PSUM (not one kept from an earlier run)."""
-        mine = (self.memory.sbuf.storage, self.memory.psum.storage)
+        sbuf, psum = self.memory.sbuf.storage, self.memory.psum.storage
         for name, t in (*reads, *writes):
-            if t.buffer.is_on_chip and t.storage.kind in ("sbuf", "psum") and t.storage not in mine:
+            storage = t.storage
+            if storage is sbuf or storage is psum:
+                continue
+            if t.buffer.is_on_chip and storage.kind in ("sbuf", "psum"):
                 raise OperandError(
                     f"{t.name!r} is a {t.buffer.value.upper()} tile of another run (kept from an earlier kernel run, "
                     "or another core's); on-chip tiles live only in the run that allocated them",

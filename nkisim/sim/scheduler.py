@@ -31,6 +31,9 @@ from nkisim.sim.timeline import Operands, Timeline
 
 __all__ = ["BandwidthCalendar", "Scheduler", "Timeline"]
 
+#: Sites one scheduler remembers by the identity of their operand summary.
+MAX_SITES = 4096
+
 
 class BandwidthCalendar:
     """Busy intervals of a shared resource; a booking takes the first gap that fits."""
@@ -76,7 +79,8 @@ class Scheduler:
         self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
         self.timeline = Timeline()
         self._dma_tracks = [f"DMA q{queue}" for queue in range(hw.dma.queues)]
-        self._compute_tracks: dict[tuple[Engine, int | None], str] = {}
+        #: Track names by (engine value, unit): enum members hash through a Python call, their values do not.
+        self._compute_tracks: dict[tuple[int, int | None], str] = {}
         #: When each compute track (an engine, or one unit of a replicated engine) is free.
         self._engine_free: dict[str, float] = {}
         self._queue_free = [0.0] * hw.dma.queues
@@ -89,10 +93,13 @@ class Scheduler:
         self._matmul_start = 0.0
         self._table: str | None = None
         self._port_free = {port.name: 0.0 for port in hw.ports}
-        self._ports = {e: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
-        #: :meth:`_static_ns` by (engine, field): constants of ``hw``, worked out once per run.
-        self._static: dict[tuple[Engine, str], float] = {}
-        self._access_ns: dict[Engine, float] = {}  # the access latency of each engine, by engine alone
+        #: The shared memory ports of each engine, by engine value.
+        self._ports = {e.value: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
+        #: :meth:`_static_ns` by (engine value, field): constants of ``hw``, worked out once per run.
+        self._static: dict[tuple[int, str], float] = {}
+        self._access_ns: dict[int, float] = {}  # the access latency of each engine, by engine value
+        #: Timeline sites by the identity of an operand summary and the rest of the site (the entry keeps the summary).
+        self._sites: dict[tuple[object, ...], tuple[Operands, type, type, int]] = {}
 
     def _track(self, engine: Engine, unit: int | None) -> tuple[str, int]:
         """The track an instruction runs on, and its DMA queue (-1 for a compute engine).
@@ -103,9 +110,10 @@ class Scheduler:
             free = self._queue_free
             queue = free.index(min(free))  # the first of the queues free earliest
             return self._dma_tracks[queue], queue
-        track = self._compute_tracks.get((engine, unit))
+        key = (engine._value_, unit)
+        track = self._compute_tracks.get(key)
         if track is None:
-            track = self._compute_tracks[engine, unit] = engine.title if unit is None else f"{engine.title} {unit}"
+            track = self._compute_tracks[key] = engine.title if unit is None else f"{engine.title} {unit}"
         return track, -1
 
     def earliest_start(
@@ -157,21 +165,31 @@ class Scheduler:
         if queue >= 0:
             visible = end
         else:
-            latency = self._access_ns.get(engine)
+            latency = self._access_ns.get(engine._value_)
             if latency is None:
-                latency = self._access_ns[engine] = self._static_ns(engine, "access_latency_cycles")
+                latency = self._access_ns[engine._value_] = self._static_ns(engine, "access_latency_cycles")
             visible = end + latency
         index = len(tl)
         self._last_on_track[track] = index
         pred = producer if ready > free else previous
         self.tracker.commit(reads, writes, end, index, track_id, visible)
         wait = max(0.0, ready - free)
-        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, cost.bytes, cost.flops, args)
+        nbytes, flops = cost.bytes, cost.flops
+        # a call with the very operand summary of an earlier one from its line has its site: no need to hash the summary
+        site_key = (id(args), opcode, source.file, source.line, source.function, nbytes, flops)
+        known = self._sites.get(site_key)
+        if known is not None and known[0] is args and known[1] is nbytes.__class__ and known[2] is flops.__class__:
+            site = known[3]
+        else:
+            site = tl.site_number(opcode, source, nbytes, flops, args)
+            if len(self._sites) < MAX_SITES:
+                self._sites[site_key] = (args, nbytes.__class__, flops.__class__, site)
+        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, nbytes, flops, args, site)
         return start, end
 
     def _static_ns(self, engine: Engine, cycles_field: str) -> float:
         """A per-engine static cost in ns (the Tensor Engine has none of these)."""
-        key = (engine, cycles_field)
+        key = (engine._value_, cycles_field)
         ns = self._static.get(key)
         if ns is None:
             ns = (
@@ -209,7 +227,7 @@ class Scheduler:
             if self._table is not None:
                 busy += self.hw.scalar.table_switch_cycles / self.hw.scalar.clock_ghz
             self._table = cost.table
-        engine_ports = self._ports[engine]
+        engine_ports = self._ports[engine._value_]
         if engine_ports:
             memories = {r.storage.kind for r in reads}
             memories.update(r.storage.kind for r in writes)

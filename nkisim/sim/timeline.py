@@ -126,8 +126,10 @@ class Timeline:
         nbytes: int,
         flops: float,
         args: Operands = (),
+        site: int | None = None,
     ) -> None:
-        """Add one instruction (``track`` is a :meth:`track_number`)."""
+        """Add one instruction (``track`` is a :meth:`track_number`; ``site``, if given, the :meth:`site_number`
+        of its opcode, source, bytes, flops and operands)."""
         self.start_ns.append(start)
         self.end_ns.append(end)
         self.busy_ns.append(busy)
@@ -135,7 +137,11 @@ class Timeline:
         self.producer.append(producer)
         self.pred.append(pred)
         self.track_id.append(track)
-        self.site_id.append(self._site(opcode, source, nbytes, flops, args))
+        self.site_id.append(self._site(opcode, source, nbytes, flops, args) if site is None else site)
+
+    def site_number(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
+        """The number of the site of these values, made if it is new (see :class:`Site`)."""
+        return self._site(opcode, source, nbytes, flops, args)
 
     def _site(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
         """The number of the site these values belong to, made if it is new.

@@ -1,0 +1,187 @@
+"""Plans: what one instruction's operand geometry decides, worked out once per machine.
+
+An instruction's engine, the outcome of its rules (the target's capabilities,
+``check_common``, the spec's ``validate``), its cost and its operand summary depend only
+on its opcode, its scalar arguments and the geometry of its tensor operands
+(:attr:`~nkisim.memory.Tensor.geometry`: dtype, buffer, shape, strides, partition rows),
+never on the operands' byte addresses within a partition or their values. A kernel issues
+the same few instructions with the same geometries many times over, so a :class:`Plans`
+table keeps those results under a key made of exactly those inputs and hands them back,
+with the tensors of the new call bound in, instead of working them out again.
+
+Only calls whose every argument can be keyed exactly get a plan: tensors with a geometry
+(not dynamic, not defective), and scalars of a few immutable kinds, told apart strictly
+(``1``, ``1.0`` and ``True``; ``0.0`` and ``-0.0``; an isa operator and the ``nl`` constant
+equal to it). Anything else (a register, a dynamic access pattern, a list holding tensors,
+an array) takes the full path every time. A call whose rules fail raises before its plan
+is kept, so a plan is the record of a call that passed.
+
+A table belongs to one machine (one core of one run) and holds at most :data:`MAX_PLANS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from nkisim.hw import Engine
+from nkisim.isa import Cost, InstructionSpec
+from nkisim.isa.ops import Op
+from nkisim.memory import Tensor
+
+#: Plans one machine keeps; a kernel whose scalars change at every call stops adding past it.
+MAX_PLANS = 4096
+
+#: Scalar kinds keyed by (class, value): immutable, and equal only to values that behave alike.
+_PLAIN = (int, bool, str, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a call's operand geometry decided.
+
+    Attributes:
+        engine: the engine it runs on.
+        cost: its cost, with ``setup_key`` to be rebound to the region of ``setup_operand``
+            (None: the cost is worked out at every call).
+        setup_operand: the tensor argument whose region is the cost's ``setup_key``, or None.
+        summary: the operand summary for the timeline.
+        template: the validated operand values without the tensor operands, from which the
+            operand model is made without validating again; None: validated at every call.
+        tensors: the arguments that are tensors (bound into ``template``).
+        fields_set: the model's explicitly given fields.
+        reads, writes: the tensor arguments read and written, in the spec's order.
+    """
+
+    engine: Engine
+    cost: Cost | None
+    setup_operand: str | None
+    summary: tuple[tuple[str, object], ...]
+    template: dict[str, Any] | None
+    tensors: tuple[str, ...]
+    fields_set: frozenset[str]
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+
+
+def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | None:
+    """The key of a call's plan, or None when some argument cannot be keyed exactly."""
+    key: list[object] = [opcode]
+    append = key.append
+    for name, value in arguments.items():
+        cls = value.__class__
+        if cls is Tensor:
+            geometry = value.geometry
+            if geometry is None:
+                return None
+            append(name)
+            append(geometry)
+            continue
+        scalar = _scalar_key(value, cls)
+        if scalar is None:
+            return None
+        append(name)
+        append(scalar)
+    return tuple(key)
+
+
+def _scalar_key(value: object, cls: type) -> tuple[object, ...] | None:
+    if cls in _PLAIN:
+        return (cls, value)
+    if cls is float:
+        if value != value:  # NaN: its payload is not told apart by equality
+            return None
+        return (cls, value, math.copysign(1.0, value))  # type: ignore[arg-type]
+    if isinstance(value, (Enum, Op)):
+        return (cls, id(value), value)  # the very object (kept alive by the key)
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return (cls, value.dtype, value.tobytes())
+    if isinstance(value, np.dtype):
+        return (cls, id(value), value)
+    if cls is tuple or cls is list:
+        items = []
+        for item in value:  # type: ignore[attr-defined]
+            if item.__class__ is Tensor:
+                return None
+            inner = _scalar_key(item, item.__class__)
+            if inner is None:
+                return None
+            items.append(inner)
+        return (cls, *items)
+    return None
+
+
+def make_plan(
+    spec: InstructionSpec,
+    arguments: dict[str, Any],
+    ops: Any,
+    engine: Engine,
+    cost: Cost,
+    summary: tuple[tuple[str, object], ...],
+) -> Plan:
+    """The plan of a call that has just passed its rules, with the results worked out for it."""
+    values = ops.__dict__
+    tensors = tuple(name for name, value in arguments.items() if value.__class__ is Tensor)
+    template: dict[str, Any] | None = {k: v for k, v in values.items() if k not in tensors}
+    if any(v.__class__ in (list, dict, set) or isinstance(v, np.ndarray) for v in template.values()):  # type: ignore[union-attr]
+        template = None  # a mutable value: each call gets its own, from the model
+    if spec.operands.__pydantic_post_init__ is not None or any(values.get(n) is not arguments[n] for n in tensors):
+        template = None  # the model made something else of a tensor argument
+    setup_operand = None
+    kept: Cost | None = cost
+    if cost.setup_key is not None:
+        setup_operand = next((n for n in tensors if values[n].region is cost.setup_key), None)
+        if setup_operand is None:
+            kept = None
+    reads, writes = ops.accessed()
+    return Plan(
+        engine=engine,
+        cost=kept,
+        setup_operand=setup_operand,
+        summary=summary,
+        template=template,
+        tensors=tensors,
+        fields_set=frozenset(ops.model_fields_set),
+        reads=tuple(name for name, _ in reads),
+        writes=tuple(name for name, _ in writes),
+    )
+
+
+def bind(plan: Plan, spec: InstructionSpec, arguments: dict[str, Any]) -> Any:
+    """The operand model of a call with ``plan``: the template with this call's tensors."""
+    values = dict(plan.template)  # type: ignore[arg-type]
+    for name in plan.tensors:
+        values[name] = arguments[name]
+    model = spec.operands
+    ops = model.__new__(model)
+    _set(ops, "__dict__", values)
+    _set(ops, "__pydantic_fields_set__", set(plan.fields_set))
+    _set(ops, "__pydantic_extra__", None)
+    _set(ops, "__pydantic_private__", None)
+    return ops
+
+
+def cost_of(plan: Plan, ops: Any) -> Cost:
+    """The plan's cost, its setup tied to this call's operand."""
+    cost = plan.cost
+    assert cost is not None
+    if plan.setup_operand is None:
+        return cost
+    return Cost(
+        cost.busy_ns,
+        cost.latency_ns,
+        cost.cycles,
+        cost.bytes,
+        cost.flops,
+        cost.setup_ns,
+        getattr(ops, plan.setup_operand).region,
+        cost.table,
+        cost.dma_engines,
+    )
+
+
+_set = object.__setattr__

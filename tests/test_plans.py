@@ -1,0 +1,122 @@
+"""Plans (nkisim.sim.plans): what an operand geometry decided, reused without changing any result.
+
+A run with plans must give the very outputs, timeline and findings of a run that works
+everything out at every call; calls whose scalars or geometries differ get plans of their
+own, and a call that breaks a rule still fails after others with its shapes passed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nkisim
+import nkisim.nki as nki
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+from nkisim.errors import KernelError, SourceLoc
+from nkisim.examples.matmul import matmul_tiled
+from nkisim.examples.softmax import softmax_rows
+from nkisim.hw import load_target
+from nkisim.isa import OPS
+from nkisim.memory import Buffer, Tensor
+from nkisim.sim import Instruction, Machine
+from nkisim.sim import machine as machine_module
+from nkisim.sim.plans import call_key
+
+LOC = SourceLoc("kernel.py", 3, "k")
+
+
+def _records(profile: nkisim.Profile) -> list[tuple[object, ...]]:
+    tl = profile.timeline
+    return list(zip(tl.opcode, tl.track, tl.start_ns, tl.end_ns, tl.busy_ns, tl.producer, tl.args, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("kernel", "inputs"),
+    [
+        (
+            matmul_tiled,
+            lambda rng: [
+                rng.standard_normal((256, 256), dtype=np.float32),
+                rng.standard_normal((256, 512), dtype=np.float32),
+            ],
+        ),
+        (softmax_rows, lambda rng: [rng.standard_normal((256, 512), dtype=np.float32)]),
+    ],
+)
+def test_a_run_with_plans_equals_one_without(kernel, inputs, monkeypatch: pytest.MonkeyPatch) -> None:
+    arrays = inputs(np.random.default_rng(0))
+    planned = nkisim.run(kernel, arrays)
+    monkeypatch.setattr(machine_module, "MAX_PLANS", 0)  # no plan is kept: every call takes the full path
+    unplanned = nkisim.run(kernel, arrays)
+    assert not np.isnan(planned.outputs).any()
+    assert planned.outputs.tobytes() == unplanned.outputs.tobytes()
+    assert _records(planned.profile) == _records(unplanned.profile)
+    assert planned.profile.diagnostics == unplanned.profile.diagnostics
+
+
+def _tile(machine: Machine, shape: tuple[int, ...] = (128, 64), dtype: type = np.float32) -> Tensor:
+    return machine.memory.new_tensor(shape, np.dtype(dtype), Buffer.sbuf)
+
+
+def _scalar_summaries(machine: Machine) -> list[tuple[type, str]]:
+    dst, src = _tile(machine), _tile(machine)
+    for value in (1, 1.0, True, 0.0, -0.0, np.float32(-0.0), 1):
+        args = {"dst": dst, "data": src, "op0": OPS["multiply"], "operand0": value}
+        machine.issue(Instruction("tensor_scalar", args, LOC))
+    return [(type(v), repr(v)) for v in (dict(args)["operand0"] for args in machine.timeline.args)]
+
+
+def test_scalars_that_python_calls_equal_get_their_own_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    planned = Machine(load_target("trn2"), compute=False)
+    summaries = _scalar_summaries(planned)
+    assert len(planned._plans) == 6  # the last call reused the first one's
+    monkeypatch.setattr(machine_module, "MAX_PLANS", 0)
+    assert summaries == _scalar_summaries(Machine(load_target("trn2"), compute=False))
+    assert summaries[3] != summaries[4]  # 0.0 and -0.0
+
+
+def test_a_broken_rule_fails_after_valid_calls() -> None:
+    machine = Machine(load_target("trn2"), compute=False)
+    a, b, out = _tile(machine), _tile(machine), _tile(machine)
+    args = {"dst": out, "data1": a, "data2": b, "op": OPS["add"]}
+    machine.issue(Instruction("tensor_tensor", args, LOC))
+    machine.issue(Instruction("tensor_tensor", args, LOC))  # the plan of the first
+    wide = _tile(machine, (128, 32))
+    with pytest.raises(KernelError, match="elements per partition"):
+        machine.issue(Instruction("tensor_tensor", {**args, "data2": wide}, LOC))
+
+
+def test_views_that_cannot_be_keyed_take_the_full_path() -> None:
+    machine = Machine(load_target("trn2"), compute=False)
+    tile = _tile(machine)
+    offset = machine.memory.new_tensor((1, 1), np.dtype(np.int32), Buffer.sbuf)
+    dynamic = tile.ap([[64, 128], [1, 32]], scalar_offset=offset, indirect_dim=1)
+    assert call_key("tensor_copy", {"dst": tile, "src": dynamic}) is None
+    assert call_key("tensor_copy", {"dst": tile, "src": tile, "engine": np.array([1])}) is None
+    assert call_key("tensor_copy", {"dst": tile, "src": tile}) == call_key("tensor_copy", {"dst": tile, "src": tile})
+
+
+def test_a_reused_plan_loads_each_stationary_tile() -> None:
+    @nki.jit
+    def two_stationaries(a, b):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+        y = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        nisa.dma_copy(dst=y, src=b)
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        for stationary in (x, y, y, x):
+            nisa.nc_matmul(dst=acc, stationary=stationary, moving=x)
+        res = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    spec = ((128, 128), "bfloat16")
+    planned = nkisim.profile(two_stationaries, [spec, spec])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(machine_module, "MAX_PLANS", 0)
+        unplanned = nkisim.profile(two_stationaries, [spec, spec])
+    assert _records(planned) == _records(unplanned)
