@@ -57,6 +57,7 @@ ROUNDED_DIGITS = 4
 #: Picoseconds per nanosecond: the unit of ``tpbSgCyclesSum``.
 PS_PER_NS = 1000.0
 OUT_ENV = "NKILIB_TIMING_OUT"
+COMMIT_ENV = "NKILIB_TIMING_COMMIT"
 TIMEOUT_ENV = "NKILIB_TIMING_TIMEOUT"
 
 
@@ -206,6 +207,7 @@ def _profile_and_stop(runner: Any, original: Any, args: tuple, kwargs: dict) -> 
     func = kernel.func
     bound = inspect.signature(func).bind(*args, **kwargs).arguments
     record: dict[str, Any] = {"id": _CURRENT.get("id"), "hardware_ps": _CURRENT.get("hardware_ps"), "target": target}
+    record["nkilib_commit"] = os.environ.get(COMMIT_ENV, "")
     start = time.perf_counter()
     try:
         profile = nkisim.profile(kernel, {k: _specs(v) for k, v in bound.items()}, target=target, timeout=timeout)
@@ -244,6 +246,8 @@ def run_suite(checkout: Path, files: list[str], timeout: float, out: Path, extra
     env["NKILIB_SIMULATION_RUN_ALL"] = "1"
     env[OUT_ENV] = str(out)
     env[TIMEOUT_ENV] = str(timeout)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    env[COMMIT_ENV] = head.stdout.strip()
     cmd = [
         sys.executable, "-m", "pytest", "-p", "nkisim.compat.nkilib", "-p", "nkilib_timing",
         *files, "--test-mode", "simulation", "--platform-target", TARGET, "-q", "-p", "no:cacheprovider",
@@ -323,6 +327,8 @@ def write_doc(records: list[dict[str, Any]], summary: dict[str, Any], path: Path
         "engine that makes up most of nkisim's critical path.",
         "",
     ]
+    commits = sorted({r.get("nkilib_commit") or "?" for r in records})
+    lines += [f"nki-library commit: {', '.join(commits)}.", ""]
     if summary["configurations"]:
         lines += [
             f"- configurations: {summary['configurations']} (not timed: {summary['failed']})",
