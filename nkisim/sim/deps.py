@@ -289,6 +289,20 @@ def _assign(
                     return _NEEDS_LONGER
         if needed > pool[0, meta].start:
             return _NEEDS_SLOTS
+    if pool.shape[0] - 1 == pool[0, meta].start:  # no cell of this storage is split: plain fills
+        if keep_later:
+            map_ends, map_codes = ends[m], codes[m]
+            for r in range(r0, r1):
+                for c in range(inner0, inner1):
+                    if map_ends[r, c] < end:
+                        map_ends[r, c] = end
+                        map_codes[r, c] = ident
+        else:
+            ends[m, r0:r1, inner0:inner1] = end
+            codes[m, r0:r1, inner0:inner1] = ident
+        if first < 0 and last < 0:
+            return _DONE
+        inner0 = inner1  # the inner cells are done; the partial ones follow
     cols = codes.shape[2]
     last_width = row_bytes - (cols - 1) * granule
     flat_ends = ends.reshape(-1)
