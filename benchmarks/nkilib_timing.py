@@ -7,7 +7,7 @@
 
 nki-library's test vectors carry ``tpbSgCyclesSum``, the kernel's time measured on
 hardware (its ``test/utils/metrics_collector.py`` reads it from neuron-profile's
-session summary); the unit behaves as picoseconds (docs/timing.md, "The nki-library
+summary of a profiled run); the unit behaves as picoseconds (docs/timing.md, "The nki-library
 oracle"). This script runs every configuration that carries such a figure through the
 suite's own tests (``pytest -p nkisim.compat.nkilib --test-mode simulation``, with
 ``NKILIB_SIMULATION_RUN_ALL=1`` so that large shapes run) on trn2, the target the figures
