@@ -51,12 +51,9 @@ _storage_ids = itertools.count()
 
 
 class Storage:
-    """A block of real bytes laid out as ``rows x row_bytes`` (rows are partitions on chip).
+    """A block of real bytes laid out as ``rows x row_bytes`` (rows are partitions on chip)."""
 
-    ``row_granule`` and ``col_granule`` set the resolution of dependency tracking.
-    """
-
-    __slots__ = ("acc_flags", "address", "base_address", "bytes", "col_granule", "kind", "row_granule", "uid")
+    __slots__ = ("acc_flags", "address", "base_address", "bytes", "kind", "uid")
 
     def __init__(self, kind: str, rows: int, row_bytes: int, base_address: int = 0) -> None:
         self.kind = kind
@@ -65,9 +62,6 @@ class Storage:
         self.address: int = self.bytes.ctypes.data
         self.base_address = base_address
         self.uid = next(_storage_ids)
-        on_chip = kind != "hbm"
-        self.row_granule = 1 if on_chip else max(1, -(-rows // 2048))
-        self.col_granule = 64 if on_chip else max(64, _next_pow2(-(-row_bytes // 128)))
         #: PSUM only: per byte, the ``uid`` of the tile whose matmul wrote it last (0: none).
         self.acc_flags = np.zeros((rows, row_bytes), dtype=np.int64) if kind == "psum" else None
 
@@ -78,10 +72,6 @@ class Storage:
     @property
     def row_bytes(self) -> int:
         return self.bytes.shape[1]
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 @dataclass
