@@ -25,6 +25,7 @@ from pydantic import BeforeValidator
 from nkisim.errors import DtypeError, OperandError, ShapeError, TargetError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
+from nkisim.isa.carriers import SENDS
 from nkisim.isa.common import check_in
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, Peer, instruction
 from nkisim.memory import Buffer, Region, Tensor, dtype_name
@@ -161,6 +162,7 @@ def _sendrecv_cost(ops: SendRecvOps, hw: HwConfig, engine: Engine) -> Cost:
 @instruction(
     "sendrecv",
     SendRecvOps,
+    carries=SENDS,
     engines=(Engine.dma,),
     cost=_sendrecv_cost,
     validate=_sendrecv_validate,

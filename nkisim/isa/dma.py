@@ -15,6 +15,7 @@ import numpy as np
 from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
+from nkisim.isa.carriers import dma_copy_carrier
 from nkisim.isa.common import F32, check_in, copy_bits, f32, same_format, write
 from nkisim.isa.ops import OPS, Op
 from nkisim.isa.spec import Access, Check, Cost, EngineState, In, Operands, Out, instruction, require
@@ -162,6 +163,7 @@ def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
 @instruction(
     "dma_copy",
     DmaCopyOps,
+    carries=dma_copy_carrier,
     engines=(Engine.dma,),
     cost=_dma_copy_cost,
     validate=_dma_copy_validate,

@@ -10,6 +10,7 @@ import numpy as np
 
 from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
+from nkisim.isa.carriers import GPSIMD_ROWS
 from nkisim.isa.common import as_rows, check_in, check_same_partitions, write
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction
 from nkisim.memory import Buffer, Tensor, dtype_name
@@ -126,6 +127,7 @@ def _nonzero_with_count_cost(ops: NonzeroWithCountOps, hw: HwConfig, engine: Eng
 @instruction(
     "nonzero_with_count",
     NonzeroWithCountOps,
+    carries=GPSIMD_ROWS,
     engines=(Engine.gpsimd,),
     cost=_nonzero_with_count_cost,
     validate=_nonzero_with_count_validate,

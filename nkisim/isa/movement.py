@@ -14,6 +14,7 @@ import numpy as np
 
 from nkisim.errors import BoundsError, DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
+from nkisim.isa.carriers import SHUFFLES
 from nkisim.isa.common import (
     as_rows,
     check_in,
@@ -327,6 +328,7 @@ def _nc_stream_shuffle_cost(ops: NcStreamShuffleOps, hw: HwConfig, engine: Engin
 @instruction(
     "nc_stream_shuffle",
     NcStreamShuffleOps,
+    carries=SHUFFLES,
     engines=(Engine.vector,),
     cost=_nc_stream_shuffle_cost,
     validate=_nc_stream_shuffle_validate,

@@ -9,6 +9,7 @@ import numpy as np
 from nkisim.errors import DtypeError, OperandError, TargetError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
+from nkisim.isa.carriers import activation_carrier
 from nkisim.isa.common import as_rows, check_same_layout, check_vector_operand, f32, per_partition, write
 from nkisim.isa.ops import OPS, Op
 from nkisim.isa.spec import (
@@ -89,6 +90,7 @@ def _activation_cost(ops: ActivationOps, hw: HwConfig, engine: Engine) -> Cost:
 @instruction(
     "activation",
     ActivationOps,
+    carries=activation_carrier,
     engines=(Engine.scalar,),
     cost=_activation_cost,
     validate=_activation_validate,

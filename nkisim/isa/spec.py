@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from nkisim.errors import KernelError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
 from nkisim.hw.model import Capabilities, capability_holders
+from nkisim.isa.carriers import CarrierRule
 from nkisim.memory import Region, Tensor
 
 
@@ -194,6 +195,9 @@ class InstructionSpec:
     #: Accumulating instructions (matmul into PSUM, DMA with ``dst_rmw_op``): the sanitizer lets
     #: ``affine_range`` iterations accumulate into one tile with them.
     accumulates: Accumulates | None = None
+    #: Instructions that move never-written input elements to ``dst`` rather than use them
+    #: (:mod:`nkisim.isa.carriers`): the sanitizer reports those elements where they are used.
+    carries: CarrierRule | None = None
     #: The boolean :class:`~nkisim.hw.model.Capabilities` a target needs to have this instruction.
     requires: tuple[str, ...] = ()
     #: The operand data types, in words, for docs/isa.md.
@@ -226,6 +230,7 @@ def instruction(
     synchronise: Synchronise | None = None,
     registry: dict[str, InstructionSpec] | None = None,
     accumulates: Accumulates | None = None,
+    carries: CarrierRule | None = None,
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``.
 
@@ -253,6 +258,7 @@ def instruction(
             extra_accesses=extra_accesses,
             synchronise=synchronise,
             accumulates=accumulates,
+            carries=carries,
             requires=requires,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),

@@ -7,6 +7,7 @@ import numpy as np
 from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
+from nkisim.isa.carriers import matmul_carrier, transposing
 from nkisim.isa.common import check_in, f32
 from nkisim.isa.enums import matmul_perf_mode
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction, require
@@ -168,6 +169,7 @@ def matmul_accumulates(ops: NcMatmulOps) -> bool | None:
 @instruction(
     "nc_matmul",
     NcMatmulOps,
+    carries=matmul_carrier,
     engines=(Engine.tensor,),
     cost=_nc_matmul_cost,
     validate=_nc_matmul_validate,
@@ -263,6 +265,7 @@ def _nc_transpose_cost(ops: NcTransposeOps, hw: HwConfig, engine: Engine) -> Cos
 @instruction(
     "nc_transpose",
     NcTransposeOps,
+    carries=transposing("data"),
     engines=(Engine.tensor, Engine.vector),
     cost=_nc_transpose_cost,
     validate=_nc_transpose_validate,

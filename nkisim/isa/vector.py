@@ -10,6 +10,7 @@ import numpy as np
 
 from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
+from nkisim.isa.carriers import COPIES, ELEMENTWISE_TENSOR_SCALAR, ELEMENTWISE_TENSOR_TENSOR, REDUCES_DATA
 from nkisim.isa.common import (
     apply_alu,
     as_rows,
@@ -131,6 +132,7 @@ def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
 @instruction(
     "tensor_tensor",
     TensorTensorOps,
+    carries=ELEMENTWISE_TENSOR_TENSOR,
     engines=(Engine.vector, Engine.gpsimd),
     cost=_tensor_tensor_cost,
     validate=_tensor_tensor_validate,
@@ -206,6 +208,7 @@ def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> C
 @instruction(
     "tensor_scalar",
     TensorScalarOps,
+    carries=ELEMENTWISE_TENSOR_SCALAR,
     engines=(Engine.vector, Engine.scalar, Engine.gpsimd),
     cost=_tensor_scalar_cost,
     validate=_tensor_scalar_validate,
@@ -261,6 +264,7 @@ def _tensor_copy_cost(ops: TensorCopyOps, hw: HwConfig, engine: Engine) -> Cost:
 @instruction(
     "tensor_copy",
     TensorCopyOps,
+    carries=COPIES,
     engines=(Engine.vector, Engine.gpsimd, Engine.scalar),
     cost=_tensor_copy_cost,
     validate=_tensor_copy_validate,
@@ -318,6 +322,7 @@ def _tensor_reduce_cost(ops: TensorReduceOps, hw: HwConfig, engine: Engine) -> C
 @instruction(
     "tensor_reduce",
     TensorReduceOps,
+    carries=REDUCES_DATA,
     engines=(Engine.vector,),
     cost=_tensor_reduce_cost,
     validate=_tensor_reduce_validate,

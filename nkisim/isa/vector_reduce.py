@@ -14,6 +14,7 @@ import numpy as np
 from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa import enums
+from nkisim.isa.carriers import ELEMENTWISE_DATA
 from nkisim.isa.common import (
     apply_alu,
     as_rows,
@@ -513,6 +514,7 @@ def _reciprocal_cost(ops: ReciprocalOps, hw: HwConfig, engine: Engine) -> Cost:
 @instruction(
     "reciprocal",
     ReciprocalOps,
+    carries=ELEMENTWISE_DATA,
     engines=(Engine.vector,),
     cost=_reciprocal_cost,
     validate=_reciprocal_validate,

@@ -22,10 +22,10 @@ import numpy as np
 
 from nkisim.errors import CheckError, CheckWarning, Diagnostic, SourceLoc
 from nkisim.hw import Engine, HwConfig
+from nkisim.isa.carriers import Carrier
 from nkisim.isa.spec import Access, InstructionSpec, Operands
 from nkisim.memory import Buffer, Storage, Tensor, dtype_name
 from nkisim.memory.dtypes import ConversionLog
-from nkisim.sim.carried import Carrier, carrier
 from nkisim.sim.loops import LoopTracker
 
 #: The values of ``check=``.
@@ -45,7 +45,7 @@ CHECKS = (
 )
 
 #: Shadow marks per on-chip byte: never written; written by an engine; written by the Tensor Engine;
-#: holding never-written values a carrier moved there (nkisim.sim.carried; the origin map says which).
+#: holding never-written values a carrier moved there (nkisim.isa.carriers; the origin map says which).
 _NEVER, _WRITTEN, _TENSOR, _CARRIED = 0, 1, 2, 3
 
 _IGNORED: ContextVar[frozenset[str]] = ContextVar("nkisim_ignored_checks", default=frozenset())
@@ -204,7 +204,7 @@ class Checker:
         adds = spec.accumulates(ops) if spec.accumulates is not None else False  # True, None (inferred) or False
         accumulates = adds is not False
         self._carrying, self._carried_values = None, 0
-        self._uninitialised(opcode, loc, reads, ops, spec.name)
+        self._uninitialised(opcode, loc, reads, ops, spec)
         if engine is not Engine.dma:
             for name, t in (*reads, *writes):
                 if _tracked(t) and not t.is_dynamic:
@@ -244,12 +244,12 @@ class Checker:
         return lambda severity, check, rule: self.report(severity, check, loc, opcode, rule)
 
     def _uninitialised(
-        self, opcode: str, loc: SourceLoc, reads: list[tuple[str, Tensor]], ops: Operands, name: str
+        self, opcode: str, loc: SourceLoc, reads: list[tuple[str, Tensor]], ops: Operands, spec: InstructionSpec
     ) -> None:
         """Report the reads of never-written on-chip memory by this instruction's input operands.
 
         Operands that are both read and written (``InOut``) are left out: whether the old
-        value is read depends on the instruction's arguments. A carrier (nkisim.sim.carried)
+        value is read depends on the instruction's arguments. A carrier (``spec.carries``, nkisim.isa.carriers)
         moves never-written elements to its dst instead; they are reported, at the line
         that first read them, when an instruction uses them.
         """
@@ -265,7 +265,7 @@ class Checker:
             if taint is None:
                 continue
             if moves is False:
-                moves = carrier(name, ops, self.hw)
+                moves = spec.carries(ops, self.hw) if spec.carries is not None else None
             if moves is None or operand not in moves.srcs:  # type: ignore[union-attr]
                 self._used(opcode, loc, operand, t, taint)
                 continue

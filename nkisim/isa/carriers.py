@@ -8,7 +8,8 @@ the same places, and a kernel may process a whole tile and use only the part it 
 columns are padding, an elementwise pass over a tile half of which is later
 overwritten). Like MemorySanitizer, the sanitizer lets these *carriers* move
 never-written elements and reports them where the values are used, at the line that
-first read them (see :mod:`nkisim.sim.checks`).
+first read them (see :mod:`nkisim.sim.checks`). Each instruction that carries declares
+how on its spec (``carries=``, a :data:`CarrierRule`).
 
 A carrier is described by the operands it carries and a map from their per-element
 *taint* (0: written; otherwise the number of the place that first read the element) to
@@ -120,34 +121,52 @@ def _untraced(taints: dict[str, np.ndarray], ops: Any) -> None:
     return None
 
 
-def carrier(name: str, ops: Any, hw: HwConfig) -> Carrier | None:
-    """The carrier description of instruction ``name`` with these operands, or None if it uses its inputs."""
-    if name == "tensor_copy":
-        return Carrier(("src",), _same_order)
-    if name == "dma_copy":
-        on_chip = all(t.buffer.is_on_chip and not t.is_dynamic for t in (ops.src, ops.dst))
-        return Carrier(("src",), _same_order) if on_chip and ops.dst_rmw_op is None else None
-    if name == "tensor_scalar":
-        return Carrier(("data", "operand0", "operand1"), _elementwise)
-    if name == "tensor_tensor":
-        return Carrier(("data1", "data2"), _elementwise)
-    if name == "activation" and ops.reduce_res is None and ops.reduce_cmd.name == "idle":
+#: ``rule(ops, hw) -> Carrier | None``: declared on an instruction spec (``carries=``); None: this call
+#: uses its inputs (the sanitizer reports never-written elements at once).
+CarrierRule = Callable[[Any, HwConfig], "Carrier | None"]
+
+
+def carries(*srcs: str, taint: TaintMap = _same_order) -> CarrierRule:
+    """The rule of an instruction that always carries ``srcs`` to ``dst`` through ``taint``."""
+    found = Carrier(srcs, taint)
+    return lambda ops, hw: found
+
+
+def transposing(name: str) -> CarrierRule:
+    """The rule of a transpose of operand ``name``."""
+    return carries(name, taint=_transposed(name))
+
+
+def dma_copy_carrier(ops: Any, hw: HwConfig) -> Carrier | None:
+    """A copy between static on-chip views carries; one to or from HBM, or read-modify-write, does not."""
+    on_chip = all(t.buffer.is_on_chip and not t.is_dynamic for t in (ops.src, ops.dst))
+    return Carrier(("src",), _same_order) if on_chip and ops.dst_rmw_op is None else None
+
+
+def activation_carrier(ops: Any, hw: HwConfig) -> Carrier | None:
+    """Elementwise unless it also reduces (a reduction uses every input)."""
+    if ops.reduce_res is None and ops.reduce_cmd.name == "idle":
         return Carrier(("data", "bias", "scale"), _elementwise)
-    if name == "tensor_reduce":
-        return Carrier(("data",), _reduced)
-    if name == "nc_stream_shuffle":  # "dst": the taint of the partitions it leaves unchanged
-        return Carrier(("src", "dst"), _shuffled)
-    if name == "nc_transpose":
-        return Carrier(("data",), _transposed("data"))
-    if name == "nc_matmul" and ops.is_transpose:
+    return None
+
+
+def matmul_carrier(ops: Any, hw: HwConfig) -> Carrier | None:
+    """A transposing matmul moves stationary; a plain one mixes a column of each (and dst when accumulating)."""
+    if ops.is_transpose:
         exact = hw.capabilities.transpose_passes_dtype
         return Carrier(("stationary",), _transposed("stationary") if exact else _matmul_rows)
-    if name == "nc_matmul" and ops.perf_mode.name == "none" and not ops.tile_position:
+    if ops.perf_mode.name == "none" and not ops.tile_position:
         return Carrier(("stationary", "moving", "dst"), _matmul)
-    if name == "reciprocal":
-        return Carrier(("data",), _elementwise)
-    if name == "nonzero_with_count":
-        return Carrier(("src",), _gpsimd_rows)
-    if name == "sendrecv":
-        return Carrier(("src",), _untraced)
     return None
+
+
+ELEMENTWISE_TENSOR_SCALAR = carries("data", "operand0", "operand1", taint=_elementwise)
+ELEMENTWISE_TENSOR_TENSOR = carries("data1", "data2", taint=_elementwise)
+ELEMENTWISE_DATA = carries("data", taint=_elementwise)
+REDUCES_DATA = carries("data", taint=_reduced)
+#: "dst": the taint of the partitions it leaves unchanged.
+SHUFFLES = carries("src", "dst", taint=_shuffled)
+GPSIMD_ROWS = carries("src", taint=_gpsimd_rows)
+#: sendrecv: dst is the other core's, not traced here.
+SENDS = carries("src", taint=_untraced)
+COPIES = carries("src")
