@@ -81,3 +81,10 @@ def test_configs_are_frozen_and_strict() -> None:
     data["psum"]["bytes_per_partition"] = 16385  # not a multiple of the 8 banks
     with pytest.raises(ValidationError):
         HwConfig.model_validate(data)
+
+
+@pytest.mark.parametrize("name", ["trn1", "trn2", "trn3"])
+def test_dynamic_offset_instructions_have_the_published_minimum_interval(name: str) -> None:
+    # tensor_copy_dynamic_src/_dst: "MIN_II_DYNAMIC is roughly 600 engine cycles" (neuronxcc.nki.isa, Neuron 2.26)
+    hw = load_target(name)
+    assert hw.vector.min_ii_dynamic_cycles == hw.scalar.min_ii_dynamic_cycles == hw.gpsimd.min_ii_dynamic_cycles == 600

@@ -59,6 +59,9 @@ class EngineConfig(_Frozen):
 
     clock_ghz: float = Field(gt=0)
     min_ii_cycles: int = Field(ge=0)
+    #: MIN_II_DYNAMIC: the minimum initiation interval of an instruction with a run-time (dynamic)
+    #: source or destination offset (tensor_copy_dynamic_src/_dst).
+    min_ii_dynamic_cycles: int = Field(default=0, ge=0)
     startup_cycles: int = Field(default=0, ge=0)
     #: Vector: an element-wise op reading two SBUF tiles (not bf16 add/mul/sub) runs at half rate.
     two_sbuf_inputs_cycles_per_element: float = Field(default=1.0, gt=0)

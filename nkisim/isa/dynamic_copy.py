@@ -15,10 +15,6 @@ from nkisim.hw import Engine, HwConfig
 from nkisim.isa.common import check_same_layout, copy_bits, f32, same_format, write
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction, require
 
-#: ``MIN_II_DYNAMIC``: the minimum initiation interval of an instruction with a dynamic source or
-#: destination, "roughly 600 engine cycles" [neuronxcc.nki.isa.tensor_copy_dynamic_src/_dst, Neuron 2.26].
-MIN_II_DYNAMIC_CYCLES = 600
-
 
 class TensorCopyDynamicOps(Operands):
     dst: Out
@@ -53,7 +49,7 @@ def _validate_dst(ops: TensorCopyDynamicOps, chk: Check) -> None:
 
 def _cost(ops: TensorCopyDynamicOps, hw: HwConfig, engine: Engine) -> Cost:
     """``max(MIN_II_DYNAMIC, N)`` cycles of the Vector, Scalar or GpSimd Engine; MIN_II_DYNAMIC ~600."""
-    return engine_cost(hw, engine, max(MIN_II_DYNAMIC_CYCLES, ops.src.free_size))
+    return engine_cost(hw, engine, max(hw.engine(engine).min_ii_dynamic_cycles, ops.src.free_size))
 
 
 def _choose_vector(ops: Operands, hw: HwConfig) -> Engine:
