@@ -145,19 +145,6 @@ def _where(module: types.ModuleType) -> str:
 # -- modules made here ----------------------------------------------------------------
 
 
-class _TensorAnnotation:
-    """``nki.typing.tensor[128, 512]``: a shape annotation for kernel parameters (not enforced)."""
-
-    def __init__(self, shape: tuple[Any, ...] = ()) -> None:
-        self.shape = shape
-
-    def __getitem__(self, shape: Any) -> _TensorAnnotation:
-        return _TensorAnnotation(shape if isinstance(shape, tuple) else (shape,))
-
-    def __repr__(self) -> str:
-        return f"nki.typing.tensor[{', '.join(map(str, self.shape))}]" if self.shape else "nki.typing.tensor"
-
-
 _MADE: dict[str, types.ModuleType] = {}
 
 
@@ -168,8 +155,10 @@ def _synthetic(name: str) -> types.ModuleType:
             module.__doc__ = "The Neuron compiler package, as far as kernels import it: neuronxcc.nki (nkisim)."
         elif name == "nki.typing":
             module.__doc__ = "Type annotations for NKI kernel parameters (nkisim: accepted, not checked)."
-            module.tensor = _TensorAnnotation()  # type: ignore[attr-defined]
-            module.mutable_tensor = _TensorAnnotation()  # type: ignore[attr-defined]  # an output written in place
+            from nkisim.nki.legacy.typing import TensorAnnotation
+
+            module.tensor = TensorAnnotation(name="nki.typing.tensor")  # type: ignore[attr-defined]
+            module.mutable_tensor = TensorAnnotation(name="nki.typing.mutable_tensor")  # type: ignore[attr-defined]  # an output written in place
         else:
             from nkisim.nki import isa
 
