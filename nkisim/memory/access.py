@@ -1,6 +1,6 @@
 """DMA gather and scatter through dynamic access patterns.
 
-DMA instructions read and write :class:`~nkisim.memory.dynamic.DynamicTensor` views
+DMA instructions read and write :class:`~nkisim.memory.tensor.DynamicTensor` views
 through :func:`gather` and :func:`apply_dynamic`, which also implement
 ``oob_mode.skip``: an out-of-bounds row is dropped and its destination elements keep
 their values.
@@ -13,8 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nkisim.errors import BoundsError
-from nkisim.memory.dynamic import DynamicTensor
-from nkisim.memory.tensor import Tensor
+from nkisim.memory.tensor import DynamicTensor, Tensor
 
 
 def _staged(values: np.ndarray, like: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ composable), as NKI's is.
 
 A static pattern is a numpy strided view of the memory, bounds-checked when it is
 made (:func:`check_static`, :func:`strided`). ``scalar_offset`` and ``vector_offset``
-make a dynamic view (:class:`~nkisim.memory.dynamic.DynamicTensor`) whose addresses
+make a dynamic view (:class:`~nkisim.memory.tensor.DynamicTensor`) whose addresses
 are read when an instruction executes.
 """
 
