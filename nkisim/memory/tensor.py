@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,18 +29,7 @@ from nkisim.memory.pattern import (
     strided,
 )
 from nkisim.memory.space import Buffer, Storage
-
-
-@dataclass(frozen=True, slots=True)
-class Region:
-    """The bytes a view touches, as a rectangle of a storage: rows [r0, r1) x bytes [b0, b1)."""
-
-    storage: Storage
-    r0: int
-    r1: int
-    b0: int
-    b1: int
-
+from nkisim.memory.views import DynSlice, Region, check_slice, region_of
 
 _tensor_ids = itertools.count(1)
 
@@ -49,22 +37,6 @@ _tensor_ids = itertools.count(1)
 def uid_mark() -> int:
     """A number larger than every :attr:`Tensor.uid` so far and at most every later one."""
     return next(_tensor_ids)
-
-
-class DynSlice:
-    """``nl.ds(start, size)``: the slice ``start:start + size``."""
-
-    __slots__ = ("size", "start")
-
-    def __init__(self, start: int, size: int) -> None:
-        self.start = start
-        self.size = size
-
-    def as_slice(self) -> slice:
-        return slice(self.start, self.start + self.size)
-
-    def __repr__(self) -> str:
-        return f"ds({self.start}, {self.size})"
 
 
 class Tensor:
@@ -220,7 +192,7 @@ class Tensor:
             if isinstance(item, DynSlice):
                 item = item.as_slice()
             if isinstance(item, slice):
-                key.append(_check_slice(item, extent, dim, self))
+                key.append(check_slice(item, extent, dim, self))
             elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
                 i = int(item) + extent if item < 0 else int(item)
                 if not 0 <= i < extent:
@@ -238,7 +210,7 @@ class Tensor:
     def region(self) -> Region:
         """The rectangle of bytes this view reads or writes (a conservative bounding box)."""
         if self._region is None:
-            self._region = _region_of(self.array, self.storage, self.byte_offset)
+            self._region = region_of(self.array, self.storage, self.byte_offset)
         return self._region
 
     @property
@@ -335,47 +307,6 @@ class Tensor:
     def index_tensors(self) -> tuple[Tensor, ...]:
         """The tiles holding this view's run-time offsets: none for a static view."""
         return ()
-
-
-def _check_slice(item: slice, extent: int, dim: int, tensor: Tensor) -> slice:
-    step = 1 if item.step is None else int(item.step)
-    if step <= 0:
-        raise BoundsError(f"slice step {step} on dim {dim} of {tensor!r} must be positive")
-    start = 0 if item.start is None else int(item.start)
-    stop = extent if item.stop is None else int(item.stop)
-    start = start + extent if start < 0 else start
-    stop = stop + extent if stop < 0 else stop
-    if not 0 <= start <= stop <= extent:
-        raise BoundsError(
-            f"slice {item.start}:{item.stop} is out of bounds for dim {dim} of size {extent} of {tensor!r}"
-        )
-    return slice(start, stop, step)
-
-
-def _region_of(array: np.ndarray, storage: Storage, start: int) -> Region:
-    """The bounding rectangle of ``array``, a view of ``storage`` whose element 0 is at byte ``start``."""
-    row_bytes = storage.row_bytes
-    if array.size == 0:
-        row = start // row_bytes
-        return Region(storage, row, row, 0, 0)
-    row_lo = row_hi = 0
-    col_lo = col_hi = 0
-    for extent, stride in zip(array.shape, array.strides):
-        span = (extent - 1) * stride
-        if stride % row_bytes == 0:
-            row_lo, row_hi = row_lo + min(0, span), row_hi + max(0, span)
-        else:
-            col_lo, col_hi = col_lo + min(0, span), col_hi + max(0, span)
-    first_row, first_col = divmod(start, row_bytes)
-    b0 = first_col + col_lo
-    b1 = first_col + col_hi + array.itemsize
-    r0 = first_row + row_lo // row_bytes
-    r1 = first_row + row_hi // row_bytes + 1
-    if b0 < 0 or b1 > row_bytes:
-        lo = start + row_lo + col_lo
-        hi = start + row_hi + col_hi + array.itemsize
-        r0, r1, b0, b1 = lo // row_bytes, -(-hi // row_bytes), 0, row_bytes
-    return Region(storage, r0, r1, b0, b1)
 
 
 # -- access patterns (Tensor.ap) ------------------------------------------------------

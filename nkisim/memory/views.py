@@ -1,0 +1,79 @@
+"""The plain facts of a view below :mod:`nkisim.memory.tensor`: the bytes it touches and its slices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nkisim.errors import BoundsError
+from nkisim.memory.space import Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """The bytes a view touches, as a rectangle of a storage: rows [r0, r1) x bytes [b0, b1)."""
+
+    storage: Storage
+    r0: int
+    r1: int
+    b0: int
+    b1: int
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: the slice ``start:start + size``."""
+
+    __slots__ = ("size", "start")
+
+    def __init__(self, start: int, size: int) -> None:
+        self.start = start
+        self.size = size
+
+    def as_slice(self) -> slice:
+        return slice(self.start, self.start + self.size)
+
+    def __repr__(self) -> str:
+        return f"ds({self.start}, {self.size})"
+
+
+def check_slice(item: slice, extent: int, dim: int, tensor: object) -> slice:
+    """``item`` with its bounds made explicit, checked against ``extent`` (``tensor`` names the view in errors)."""
+    step = 1 if item.step is None else int(item.step)
+    if step <= 0:
+        raise BoundsError(f"slice step {step} on dim {dim} of {tensor!r} must be positive")
+    start = 0 if item.start is None else int(item.start)
+    stop = extent if item.stop is None else int(item.stop)
+    start = start + extent if start < 0 else start
+    stop = stop + extent if stop < 0 else stop
+    if not 0 <= start <= stop <= extent:
+        raise BoundsError(
+            f"slice {item.start}:{item.stop} is out of bounds for dim {dim} of size {extent} of {tensor!r}"
+        )
+    return slice(start, stop, step)
+
+
+def region_of(array: np.ndarray, storage: Storage, start: int) -> Region:
+    """The bounding rectangle of ``array``, a view of ``storage`` whose element 0 is at byte ``start``."""
+    row_bytes = storage.row_bytes
+    if array.size == 0:
+        row = start // row_bytes
+        return Region(storage, row, row, 0, 0)
+    row_lo = row_hi = 0
+    col_lo = col_hi = 0
+    for extent, stride in zip(array.shape, array.strides):
+        span = (extent - 1) * stride
+        if stride % row_bytes == 0:
+            row_lo, row_hi = row_lo + min(0, span), row_hi + max(0, span)
+        else:
+            col_lo, col_hi = col_lo + min(0, span), col_hi + max(0, span)
+    first_row, first_col = divmod(start, row_bytes)
+    b0 = first_col + col_lo
+    b1 = first_col + col_hi + array.itemsize
+    r0 = first_row + row_lo // row_bytes
+    r1 = first_row + row_hi // row_bytes + 1
+    if b0 < 0 or b1 > row_bytes:
+        lo = start + row_lo + col_lo
+        hi = start + row_hi + col_hi + array.itemsize
+        r0, r1, b0, b1 = lo // row_bytes, -(-hi // row_bytes), 0, row_bytes
+    return Region(storage, r0, r1, b0, b1)
