@@ -159,12 +159,7 @@ def transpose(x: Any, dtype: Any = None) -> Tensor:
     shape = (x.shape[1], x.shape[0])
     result = call.tile(shape, x.dtype, Buffer.psum if x.buffer is Buffer.sbuf else Buffer.sbuf)
     call.emit("nc_transpose", dst=result, data=x)
-    out = call.dtype(dtype, x.dtype)
-    if out == x.dtype and is_tfloat32(out) == is_tfloat32(x.dtype):
-        return result
-    cast = call.tile(shape, out)
-    call.emit("tensor_copy", dst=cast, src=result)
-    return cast
+    return _cast(call, result, dtype)
 
 
 def matmul(x: Any, y: Any, transpose_x: bool = False) -> Tensor:

@@ -82,7 +82,6 @@ def _check_input(entry: str, name: str, value: object) -> None:
             raise TypeError(f"{entry}: input {name} {_short(value)}: a shape holds integers, got {_short(bad[0])}")
         if any(d < 0 for d in shape):
             raise ValueError(f"{entry}: input {name} {_short(value)}: the shape {tuple(shape)} has a negative size")
-        return
 
 
 def _names_a_dtype(value: object) -> bool:

@@ -199,7 +199,7 @@ class _Plan:
 
 
 def _from_glue(
-    glue: Glue, inputs: list[np.ndarray], outputs: list[np.ndarray], params: Any, cfg: TpcConfig, loc: SourceLoc
+    glue: Glue, inputs: list[np.ndarray], outputs: list[np.ndarray], params: Any, cfg: TpcConfig
 ) -> _Plan:
     guid = glue.GetKernelName()
     in_defs = HabanaKernelParams(
@@ -246,7 +246,7 @@ def _from_glue(
     return _Plan(kern, guid, geometry, patterns, scalars, aux, pads)
 
 
-def _from_kernel(kern: Kernel, outputs: list[np.ndarray], n_in: int, params: Any, index_space: Any) -> _Plan:
+def _from_kernel(kern: Kernel, outputs: list[np.ndarray], params: Any, index_space: Any) -> _Plan:
     out0 = outputs[0]
     lanes = BY_DTYPE[out0.dtype].lanes
     if index_space is None:
@@ -266,7 +266,7 @@ def _default_patterns(plan: _Plan, arrays: list[np.ndarray], out0: np.ndarray) -
             plan.patterns[i] = TensorAccessPattern(allRequired=True)
 
 
-def _check_signature(plan: _Plan, n_tensors: int, cfg: TpcConfig, loc: SourceLoc) -> None:
+def _check_signature(plan: _Plan, n_tensors: int, cfg: TpcConfig) -> None:
     kern = plan.kern
     where = {"loc": kern.loc, "kernel": plan.name, "device": cfg.name}
     if n_tensors > cfg.max_tensors:
@@ -400,15 +400,15 @@ def run(
             for i, o in enumerate(outputs)
         ]
     if isinstance(glue_or_kernel, Kernel):
-        plan = _from_kernel(glue_or_kernel, outs, len(ins), params, index_space)
+        plan = _from_kernel(glue_or_kernel, outs, params, index_space)
         _default_patterns(plan, ins + outs, outs[0])
     elif isinstance(glue_or_kernel, Glue):
-        plan = _from_glue(glue_or_kernel, ins, outs, params, cfg, loc)
+        plan = _from_glue(glue_or_kernel, ins, outs, params, cfg)
     else:
         raise TypeError(f"run() expects a tpc.Glue or a @tpc.kernel, got {type(glue_or_kernel).__name__}")
     arrays = ins + outs + [_as_array(a, f"auxiliary tensor {i}", loc, name) for i, a in enumerate(plan.aux)]
     n_tensors = len(arrays)
-    _check_signature(plan, n_tensors, cfg, loc)
+    _check_signature(plan, n_tensors, cfg)
     roles = ["input"] * len(ins) + ["output"] * len(outs) + ["aux"] * len(plan.aux)
     pads = [plan.pads[i] if i < len(plan.pads) else pad_value for i in range(n_tensors)]
     states = [TensorState.make(i, a, BY_DTYPE[a.dtype], pads[i], roles[i]) for i, a in enumerate(arrays)]
@@ -451,7 +451,6 @@ def run(
         (per_member, mem_accesses),
         plan,
         cfg,
-        tpcs,
         boxes,
         tpc_of,
         member_uops,
@@ -494,7 +493,6 @@ def _timed(
     members: tuple[list[tuple[np.ndarray, ...]], list[int]],
     plan: _Plan,
     cfg: TpcConfig,
-    tpcs: int,
     boxes: list[tuple[np.ndarray, np.ndarray]],
     tpc_of: list[int],
     member_uops: list[tuple[int, int]],

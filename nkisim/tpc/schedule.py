@@ -23,7 +23,6 @@ The function is plain Python over numpy arrays (the readable reference) and is c
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numba
 import numpy as np
@@ -199,24 +198,8 @@ schedule_member = numba.njit(cache=True)(schedule_reference)
 def member_arrays(uops: list[tuple[int, ...]], first: int) -> tuple[np.ndarray, ...]:
     """The scheduler's input arrays for micro-ops ``uops`` (one member's, numbered from ``first``)."""
     table = np.fromiter(itertools.chain.from_iterable(uops), dtype=np.int64, count=12 * len(uops)).reshape(-1, 12)
-    return table_arrays(table, first)
-
-
-def table_arrays(table: np.ndarray, first: Any) -> tuple[np.ndarray, ...]:
-    """The scheduler's input arrays from micro-op rows ``(n, 12)`` (numbered from ``first``, per row or all)."""
     srcs = table[:, 2:6] - first
     nsrc = np.count_nonzero(table[:, 2:6] >= 0, axis=1)
     srcs[srcs < 0] = -1  # none, or a value from outside this member (ready at the start)
     kinds = np.where(srcs >= 0, table[:, 6:10], 0)
     return table[:, 0].copy(), table[:, 1].copy(), srcs, kinds, table[:, 10].copy(), table[:, 11].copy(), nsrc
-
-
-def split_members(table: np.ndarray, bounds: list[tuple[int, int]]) -> list[tuple[np.ndarray, ...]]:
-    """:func:`table_arrays` of every member at once: ``bounds`` are each member's ``(first, last)`` rows."""
-    sizes = np.array([b - a for a, b in bounds], dtype=np.int64)
-    firsts = np.array([a for a, _ in bounds], dtype=np.int64)
-    columns = table_arrays(table, np.repeat(firsts, sizes)[:, None]) if len(table) else None
-    out = []
-    for a, b in bounds:
-        out.append(tuple(c[a:b] for c in columns) if columns is not None else ())
-    return out
