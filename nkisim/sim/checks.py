@@ -276,16 +276,16 @@ class Checker:
             carried[operand] = taint
         if not carried or not isinstance(moves, Carrier):
             return
+        if not (_tracked(ops.dst) and not ops.dst.is_dynamic):
+            return  # nothing to carry the values to: a dynamic dst, or one off chip
         for operand, t in reads:
             if operand in moves.srcs and operand not in carried:
                 carried[operand] = np.zeros(t.shape, dtype=np.int32)
-        if (
-            "dst" in moves.srcs and _tracked(ops.dst) and not ops.dst.is_dynamic
-        ):  # the part the instruction leaves unchanged
+        if "dst" in moves.srcs:  # the part the instruction leaves unchanged
             before = self._taint(ops.dst)
             carried["dst"] = np.zeros(ops.dst.shape, np.int32) if before is None else np.maximum(before, 0)
         dst = moves.taint(carried, ops)
-        if dst is not None and _tracked(ops.dst) and not ops.dst.is_dynamic:
+        if dst is not None:
             self._carrying = (ops.dst, dst)
             self._carried_values = int(np.count_nonzero(dst))
 

@@ -159,8 +159,11 @@ class Machine:
         else:
             ops = bind(plan, spec, arguments) if plan.template is not None else self._operands(spec, instruction)
             engine = plan.engine
-            tensor_reads = [(name, arguments[name]) for name in plan.reads]
-            tensor_writes = [(name, arguments[name]) for name in plan.writes]
+            if plan.reads is None or plan.writes is None:
+                tensor_reads, tensor_writes = ops.accessed()
+            else:
+                tensor_reads = [(name, arguments[name]) for name in plan.reads]
+                tensor_writes = [(name, arguments[name]) for name in plan.writes]
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
         self.memory.issued(len(self.scheduler.timeline), tensor_reads, tensor_writes)
         checker = self.checker

@@ -54,7 +54,8 @@ class Plan:
             operand model is made without validating again; None: validated at every call.
         tensors: the arguments that are tensors (bound into ``template``).
         fields_set: the model's explicitly given fields.
-        reads, writes: the tensor arguments read and written, in the spec's order.
+        reads, writes: the tensor arguments read and written, in the spec's order (None: the operand
+            model's ``accessed()`` gives views of its arguments, so each call asks it).
     """
 
     engine: Engine
@@ -64,8 +65,8 @@ class Plan:
     template: dict[str, Any] | None
     tensors: tuple[str, ...]
     fields_set: frozenset[str]
-    reads: tuple[str, ...]
-    writes: tuple[str, ...]
+    reads: tuple[str, ...] | None
+    writes: tuple[str, ...] | None
 
 
 def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | None:
@@ -138,6 +139,7 @@ def make_plan(
         if setup_operand is None:
             kept = None
     reads, writes = ops.accessed()
+    plain = all(t is arguments.get(n) for n, t in (*reads, *writes))  # else accessed() narrows operands: ask it
     return Plan(
         engine=engine,
         cost=kept,
@@ -146,8 +148,8 @@ def make_plan(
         template=template,
         tensors=tensors,
         fields_set=frozenset(ops.model_fields_set),
-        reads=tuple(name for name, _ in reads),
-        writes=tuple(name for name, _ in writes),
+        reads=tuple(name for name, _ in reads) if plain else None,
+        writes=tuple(name for name, _ in writes) if plain else None,
     )
 
 
