@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from nkisim.errors import OperandError
 from nkisim.hw import Engine, HwConfig
-from nkisim.isa.common import check_same_layout, copy_bits, f32, same_format, write
-from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction, require
+from nkisim.isa.common import check_same_layout
+from nkisim.isa.spec import Check, Cost, EngineState, engine_cost, instruction, require
+from nkisim.isa.vector import TensorCopyOps, _choose_vector, tensor_copy
 
 
-class TensorCopyDynamicOps(Operands):
-    dst: Out
-    src: In
-    engine: Engine = Engine.unknown
+class TensorCopyDynamicOps(TensorCopyOps):
+    """``tensor_copy``'s operands; one of ``src`` and ``dst`` is a run-time-offset view."""
 
 
 def _validate(dynamic: str, ops: TensorCopyDynamicOps, chk: Check) -> None:
@@ -52,17 +51,6 @@ def _cost(ops: TensorCopyDynamicOps, hw: HwConfig, engine: Engine) -> Cost:
     return engine_cost(hw, engine, max(hw.engine(engine).min_ii_dynamic_cycles, ops.src.free_size))
 
 
-def _choose_vector(ops: Operands, hw: HwConfig) -> Engine:
-    return Engine.vector
-
-
-def _copy(ops: TensorCopyDynamicOps) -> None:
-    if same_format(ops.src, ops.dst):
-        copy_bits(ops.dst, ops.src)
-    else:
-        write(ops.dst, f32(ops.src))
-
-
 _DTYPES = "any; equal dtypes copy bit-exactly, others cast through fp32; the offset is an integer (1, 1) SBUF value"
 
 
@@ -77,7 +65,7 @@ _DTYPES = "any; equal dtypes copy bit-exactly, others cast through fp32; the off
 )
 def tensor_copy_dynamic_src(ops: TensorCopyDynamicOps, state: EngineState) -> None:
     """Copy ``src``, read at its run-time offset, to ``dst`` (Neuron 2.26's ``neuronxcc.nki`` instruction)."""
-    _copy(ops)
+    tensor_copy(ops, state)
 
 
 @instruction(
@@ -91,4 +79,4 @@ def tensor_copy_dynamic_src(ops: TensorCopyDynamicOps, state: EngineState) -> No
 )
 def tensor_copy_dynamic_dst(ops: TensorCopyDynamicOps, state: EngineState) -> None:
     """Copy ``src`` to ``dst`` at its run-time offset (Neuron 2.26's ``neuronxcc.nki`` instruction)."""
-    _copy(ops)
+    tensor_copy(ops, state)

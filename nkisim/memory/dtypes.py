@@ -101,12 +101,12 @@ def is_packed(dtype: np.dtype) -> bool:
 
 def container(dtype: np.dtype) -> np.dtype:
     """The unsigned-integer words of a packed ``*_x4`` type (any other type: itself)."""
-    return dtype.fields[dtype.names[0]][0] if dtype.names is not None else dtype
+    return dtype.fields[dtype.names[0]][0] if is_packed(dtype) else dtype
 
 
 def is_float(dtype: np.dtype) -> bool:
     """True for float types, including bf16, tf32 and fp8 (ml_dtypes report kind 'V'); not the packed x4 types."""
-    return dtype.kind == "f" or (dtype.kind == "V" and dtype.names is None)
+    return dtype.kind == "f" or (dtype.kind == "V" and not is_packed(dtype))
 
 
 def is_integer(dtype: np.dtype) -> bool:
@@ -135,7 +135,7 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """
     if values.dtype == dtype and not is_tfloat32(dtype):
         return values
-    if dtype.names is not None:  # a packed x4 type: its integer words
+    if is_packed(dtype):  # its integer words
         return cast(values, container(dtype)).view(dtype)
     if is_tfloat32(dtype):
         return round_tfloat32(values.astype(np.float32, copy=False))

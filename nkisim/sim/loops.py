@@ -254,11 +254,6 @@ class _Shadow:
         self.boxes: list[tuple[int, int, int, int, int]] = []
         self.per_byte: np.ndarray | None = None
 
-    @property
-    def count(self) -> int:
-        """How many boxes there are."""
-        return len(self.boxes)
-
     def events(self, t: Tensor) -> list[int]:
         """The events (non-zero, earliest first) of the bytes ``t`` touches."""
         if self.per_byte is None and self.boxes and not _dense(t):
