@@ -17,7 +17,10 @@ to a slot of a pool holding a short sorted list of byte segments, each with its 
 record. An access that covers a split cell whole can merge it back: a write always
 does, a read when it ends last. Neighbouring segments with equal records are merged.
 So tiles at any byte offset never share a record, and aligned kernels pay no more than
-for a plain grid. The cell loops are compiled with numba.
+for a plain grid. The maps are stored a column of rows at a time (a tile spans many
+partitions and few cells), so that a column holding one record, the usual case, is
+checked or filled by a vectorised pass. The cell loops are compiled with numba, and one
+compiled call answers (or records) all of an instruction's regions.
 """
 
 from __future__ import annotations
@@ -51,20 +54,14 @@ _DONE, _NEEDS_SLOTS, _NEEDS_LONGER = 0, 1, 2
 
 @numba.njit(cache=True, nogil=True, inline="never")
 def _scan_split(
-    pool: np.ndarray,
-    s: int,
-    lo: int,
-    hi: int,
-    tracks: np.ndarray,
-    track: int,
-    sync_ns: float,
-    best: float,
-    who: int,
-):
-    """:func:`_scan` over the segments of slot ``s`` that meet bytes ``[lo, hi)`` of their cell.
+    pool: np.ndarray, s: int, lo: int, hi: int, tracks: np.ndarray, track: int, sync_ns: float
+) -> tuple[float, int]:
+    """The latest record (plus ``sync_ns`` off ``track``) of slot ``s``'s segments that meet bytes ``[lo, hi)``.
 
+    The first of equal maxima in address order wins; ``(-1.0, -1)`` when no segment has a record.
     Kept out of line, so that the cell loop of :func:`_scan` stays as tight as a plain grid's.
     """
+    best, who = -1.0, -1
     n = pool[s, pool.shape[1] - 1].id
     for k in range(n):
         if pool[s, k].start >= hi:
@@ -83,6 +80,27 @@ def _scan_split(
 
 
 @numba.njit(cache=True, nogil=True)
+def _uniform(column: np.ndarray, r0: int, r1: int) -> bool:
+    """Whether ``column[r0:r1]`` holds one code (a branch-free pass the compiler vectorises)."""
+    run = column[r0:r1]  # indices from 1 up: the compiler then knows they are not negative, and vectorises
+    first = run[0]
+    differ = 0
+    for r in range(1, len(run)):
+        differ |= run[r] != first
+    return differ == 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill(column_ends: np.ndarray, column_codes: np.ndarray, r0: int, r1: int, end: float, ident: int) -> None:
+    """Give cells ``r0..r1`` of a column the record (end, ident)."""
+    run_ends, run_codes = column_ends[r0:r1], column_codes[r0:r1]
+    for r in range(len(run_ends)):
+        run_ends[r] = end
+    for r in range(len(run_codes)):
+        run_codes[r] = ident
+
+
+@numba.njit(cache=True, nogil=True)
 def _scan(
     ends: np.ndarray,
     codes: np.ndarray,
@@ -96,58 +114,46 @@ def _scan(
     tracks: np.ndarray,
     track: int,
     sync_ns: float,
-    best: float,
-    who: int,
-):
+) -> tuple[float, int]:
     """The latest ``end`` in map ``m`` over the bytes, plus ``sync_ns`` where the producer is on another track.
 
-    ``codes`` above 0 are an instruction index + 1, 0 none, below 0 a split cell's slot.
-    Bytes are visited row by row, in address order; the first of equal maxima wins.
+    ``codes`` above 0 are an instruction index + 1, 0 none, below 0 a split cell's slot. Of equal
+    maxima, the first in address order (row by row) wins; ``(-1.0, -1)`` when no byte has a record.
+    Cells are visited a column of rows at a time (the maps' memory order); a cell holding the same
+    code as the one above it holds the same record (an instruction records one time in a map), so
+    it cannot win and costs one comparison.
     """
+    best, who, best_pos = -1.0, -1, 0
     if r1 <= r0 or b1 <= b0:
         return best, who
-    c0 = b0 // granule
-    c1 = (b1 + granule - 1) // granule
-    flat_ends = ends.reshape(-1)  # flat indices: no per-row views, which cost more than a narrow row's cells
-    flat_codes = codes.reshape(-1)
-    cols = codes.shape[2]
-    for r in range(r0, r1):
-        row = (m * codes.shape[1] + r) * cols
-        for i in range(row + c0, row + c1):
-            code = flat_codes[i]
+    cols = codes.shape[1]
+    for c in range(b0 // granule, (b1 + granule - 1) // granule):
+        column_codes = codes[m, c]
+        column_ends = ends[m, c]
+        above = 0
+        # a column of one record (the usual case: a tile written whole) is decided by its first cell
+        stop = r0 + 1 if _uniform(column_codes, r0, r1) else r1
+        for r in range(r0, stop):
+            code = column_codes[r]
+            if code == above:
+                continue
+            above = code
             if code > 0:
                 producer = code - 1
-                t = flat_ends[i]
+                t = column_ends[r]
                 if tracks[producer] != track:
                     t += sync_ns
-                if t > best:
-                    best = t
-                    who = producer
-            elif code < 0:
-                base = (i - row) * granule
-                best, who = _scan_split(pool, -code, b0 - base, b1 - base, tracks, track, sync_ns, best, who)
+            elif code == 0:
+                continue
+            else:
+                base = c * granule
+                t, producer = _scan_split(pool, -code, b0 - base, b1 - base, tracks, track, sync_ns)
+                if producer < 0:
+                    continue
+            pos = r * cols + c
+            if t > best or (t == best and pos < best_pos):
+                best, who, best_pos = t, producer, pos
     return best, who
-
-
-@numba.njit(cache=True, nogil=True)
-def _scan_for_write(
-    ends: np.ndarray,
-    codes: np.ndarray,
-    pool: np.ndarray,
-    granule: int,
-    r0: int,
-    r1: int,
-    b0: int,
-    b1: int,
-    tracks: np.ndarray,
-    track: int,
-    sync_ns: float,
-    best: float,
-    who: int,
-):
-    """:func:`_scan` over the last writers, then over the readers, of the bytes (one call for WAW and WAR)."""
-    best, who = _scan(ends, codes, WRITES, pool, granule, r0, r1, b0, b1, tracks, track, sync_ns, best, who)
-    return _scan(ends, codes, READS, pool, granule, r0, r1, b0, b1, tracks, track, sync_ns, best, who)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -190,12 +196,12 @@ def _paint(pool: np.ndarray, s: int, width: int, lo: int, hi: int, end: float, i
 
 
 @numba.njit(cache=True, nogil=True)
-def _merge_back(ends: np.ndarray, codes: np.ndarray, m: int, r: int, c: int, pool: np.ndarray, s: int) -> None:
+def _merge_back(ends: np.ndarray, codes: np.ndarray, m: int, c: int, r: int, pool: np.ndarray, s: int) -> None:
     """A slot left with one segment: its record goes back to the cell, the slot to the free list."""
     meta = pool.shape[1] - 1
     if pool[s, meta].id == 1:
-        ends[m, r, c] = pool[s, 0].end
-        codes[m, r, c] = pool[s, 0].id
+        ends[m, c, r] = pool[s, 0].end
+        codes[m, c, r] = pool[s, 0].id
         pool[s, meta].start = pool[0, meta].id
         pool[0, meta].id = s
         pool[0, meta].start += 1
@@ -203,43 +209,44 @@ def _merge_back(ends: np.ndarray, codes: np.ndarray, m: int, r: int, c: int, poo
 
 @numba.njit(cache=True, nogil=True)
 def _partial(
-    ends: np.ndarray, codes: np.ndarray, m: int, r: int, c: int, pool: np.ndarray, width: int, lo: int, hi: int,
+    ends: np.ndarray, codes: np.ndarray, m: int, c: int, r: int, pool: np.ndarray, width: int, lo: int, hi: int,
     end: float, ident: int,
 ) -> None:  # fmt: skip
-    """Record an access to bytes ``[lo, hi)`` of cell ``c``, not all of it: split the cell if it is whole."""
+    """Record an access to bytes ``[lo, hi)`` of cell ``c`` of row ``r``, not all of it: split the cell if it is
+    whole."""
     meta = pool.shape[1] - 1
     keep_later = m == READS
-    code = codes[m, r, c]
+    code = codes[m, c, r]
     if code >= 0:
-        if keep_later and ends[m, r, c] >= end:
+        if keep_later and ends[m, c, r] >= end:
             return
         s = pool[0, meta].id  # take a free slot
         pool[0, meta].id = pool[s, meta].start
         pool[0, meta].start -= 1
         pool[s, meta].id = 1
         pool[s, 0].start = 0
-        pool[s, 0].end = ends[m, r, c]
+        pool[s, 0].end = ends[m, c, r]
         pool[s, 0].id = code
-        codes[m, r, c] = -s
+        codes[m, c, r] = -s
     else:
         s = -code
     _paint(pool, s, width, lo, hi, end, ident, keep_later)
-    _merge_back(ends, codes, m, r, c, pool, s)
+    _merge_back(ends, codes, m, c, r, pool, s)
 
 
 @numba.njit(cache=True, nogil=True, inline="never")
 def _whole_split(
-    ends: np.ndarray, codes: np.ndarray, m: int, r: int, c: int, pool: np.ndarray, width: int, end: float, ident: int
+    ends: np.ndarray, codes: np.ndarray, m: int, c: int, r: int, pool: np.ndarray, width: int, end: float, ident: int
 ) -> None:
-    """Record an access to all of split cell ``c`` (out of line, as :func:`_scan_split`)."""
-    s = -codes[m, r, c]
+    """Record an access to all of split cell ``c`` of row ``r`` (out of line, as :func:`_scan_split`)."""
+    s = -codes[m, c, r]
     if m == READS:
         _paint(pool, s, width, 0, width, end, ident, True)
     else:
         pool[s, pool.shape[1] - 1].id = 1
         pool[s, 0].end = end
         pool[s, 0].id = ident
-    _merge_back(ends, codes, m, r, c, pool, s)
+    _merge_back(ends, codes, m, c, r, pool, s)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -277,64 +284,136 @@ def _assign(
     meta = pool.shape[1] - 1
     if first >= 0 or last >= 0:
         needed = 0
-        for r in range(r0, r1):
-            for c in (first, last):
-                if c < 0:
-                    continue
-                code = codes[m, r, c]
+        for c in (first, last):
+            if c < 0:
+                continue
+            for r in range(r0, r1):
+                code = codes[m, c, r]
                 if code >= 0:
-                    if not (keep_later and ends[m, r, c] >= end):
+                    if not (keep_later and ends[m, c, r] >= end):
                         needed += 1
                 elif pool[-code, meta].id + 2 > meta:
                     return _NEEDS_LONGER
         if needed > pool[0, meta].start:
             return _NEEDS_SLOTS
-    if pool.shape[0] - 1 == pool[0, meta].start:  # no cell of this storage is split: plain fills
-        if keep_later:
-            map_ends, map_codes = ends[m], codes[m]
-            for r in range(r0, r1):
-                for c in range(inner0, inner1):
-                    if map_ends[r, c] < end:
-                        map_ends[r, c] = end
-                        map_codes[r, c] = ident
-        else:
-            ends[m, r0:r1, inner0:inner1] = end
-            codes[m, r0:r1, inner0:inner1] = ident
-        if first < 0 and last < 0:
-            return _DONE
-        inner0 = inner1  # the inner cells are done; the partial ones follow
-    cols = codes.shape[2]
+    cols = codes.shape[1]
     last_width = row_bytes - (cols - 1) * granule
-    flat_ends = ends.reshape(-1)
-    flat_codes = codes.reshape(-1)
-    for r in range(r0, r1):
-        row = (m * codes.shape[1] + r) * cols
-        negative = 0
-        for i in range(row + inner0, row + inner1):
-            negative += flat_codes[i] >> 31  # -1 per split cell: a sum the compiler vectorises
-        if negative:  # split cells (rare): record on them first, out of line
-            for i in range(row + inner0, row + inner1):
-                if flat_codes[i] < 0:
-                    c = i - row
-                    _whole_split(ends, codes, m, r, c, pool, last_width if c == cols - 1 else granule, end, ident)
-        if keep_later:  # a read keeps a later end; split cells hold codes < 0 and stay as they are
-            for i in range(row + inner0, row + inner1):
-                if flat_codes[i] >= 0 and flat_ends[i] < end:
-                    flat_ends[i] = end
-                    flat_codes[i] = ident
+    any_split = pool.shape[0] - 1 != pool[0, meta].start
+    for c in range(inner0, inner1):
+        column_codes = codes[m, c]
+        column_ends = ends[m, c]
+        if any_split:
+            negative = 0
+            for r in range(r0, r1):
+                negative += column_codes[r] >> 31  # -1 per split cell: a sum the compiler vectorises
+            if negative:  # split cells (rare): record on them first, out of line
+                for r in range(r0, r1):
+                    if column_codes[r] < 0:
+                        _whole_split(ends, codes, m, c, r, pool, last_width if c == cols - 1 else granule, end, ident)
+        if keep_later and column_codes[r0] >= 0 and _uniform(column_codes, r0, r1):
+            if column_ends[r0] < end:  # one record, and so one end, in the whole column
+                _fill(column_ends, column_codes, r0, r1, end, ident)
+        elif keep_later:  # a read keeps a later end; split cells hold codes < 0 and stay as they are
+            for r in range(r0, r1):
+                if column_codes[r] >= 0 and column_ends[r] < end:
+                    column_ends[r] = end
+                    column_codes[r] = ident
         else:  # a write replaces every record (split cells have just merged back)
-            for i in range(row + inner0, row + inner1):
-                flat_ends[i] = end
-            for i in range(row + inner0, row + inner1):
-                flat_codes[i] = ident
-        for c in (first, last):
-            if c >= 0:
-                base = c * granule
-                width = min(granule, row_bytes - base)
-                lo = max(b0 - base, 0)
-                hi = min(b1 - base, width)
-                _partial(ends, codes, m, r, c, pool, width, lo, hi, end, ident)
+            _fill(column_ends, column_codes, r0, r1, end, ident)
+    for c in (first, last):
+        if c >= 0:
+            base = c * granule
+            width = min(granule, row_bytes - base)
+            lo = max(b0 - base, 0)
+            hi = min(b1 - base, width)
+            for r in range(r0, r1):
+                _partial(ends, codes, m, c, r, pool, width, lo, hi, end, ident)
     return _DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def _maps(ends: np.ndarray, codes: np.ndarray, grids: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """Grid ``g``'s two maps, ``[map, cell, row]`` views of the arena (rows vary fastest: a tile spans many
+    partitions and few cells)."""
+    offset, rows, cols = grids[g, 0], grids[g, 1], grids[g, 2]
+    size = 2 * rows * cols
+    return ends[offset : offset + size].reshape(2, cols, rows), codes[offset : offset + size].reshape(2, cols, rows)
+
+
+@numba.njit(cache=True, nogil=True)
+def _bounds(grids: np.ndarray, regions: np.ndarray, k: int) -> tuple[int, int, int, int]:
+    """Region ``k``'s rows and bytes, clamped to its storage (the cell loops do no bounds checks)."""
+    g = regions[k, 0]
+    rows, row_bytes = grids[g, 1], grids[g, 4]
+    r0 = min(max(regions[k, 1], 0), rows)
+    r1 = min(max(regions[k, 2], 0), rows)
+    b0 = min(max(regions[k, 3], 0), row_bytes)
+    b1 = min(max(regions[k, 4], 0), row_bytes)
+    return r0, r1, b0, b1
+
+
+@numba.njit(cache=True, nogil=True)
+def _ready_all(
+    ends: np.ndarray,
+    codes: np.ndarray,
+    pool: np.ndarray,
+    grids: np.ndarray,
+    regions: np.ndarray,
+    n_reads: int,
+    n_writes: int,
+    tracks: np.ndarray,
+    track: int,
+    sync_ns: float,
+) -> tuple[float, int, float, int]:
+    """The latest producer of the reads alone (RAW), then of the reads and writes (RAW, WAW, WAR)."""
+    best, who = 0.0, -1
+    best_reads, who_reads = best, who
+    for k in range(n_reads + n_writes):
+        if k == n_reads:
+            best_reads, who_reads = best, who
+        g = regions[k, 0]
+        e, c = _maps(ends, codes, grids, g)
+        r0, r1, b0, b1 = _bounds(grids, regions, k)
+        t, producer = _scan(e, c, WRITES, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
+        if t > best:  # an earlier region wins a tie
+            best, who = t, producer
+        if k >= n_reads:
+            t, producer = _scan(e, c, READS, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
+            if t > best:
+                best, who = t, producer
+    if n_writes == 0:
+        best_reads, who_reads = best, who
+    return best_reads, who_reads, best, who
+
+
+@numba.njit(cache=True, nogil=True)
+def _commit_all(
+    ends: np.ndarray,
+    codes: np.ndarray,
+    pool: np.ndarray,
+    grids: np.ndarray,
+    regions: np.ndarray,
+    n_reads: int,
+    n_writes: int,
+    first: int,
+    end: float,
+    visible: float,
+    ident: int,
+) -> tuple[int, int]:
+    """Record regions ``first..`` (reads until ``end``, writes readable at ``visible``).
+
+    Returns ``(_DONE, -1)``, or the status of the first region that needs the pool to grow and its index
+    (nothing of that region or after it is recorded yet).
+    """
+    for k in range(first, n_reads + n_writes):
+        g = regions[k, 0]
+        e, c = _maps(ends, codes, grids, g)
+        r0, r1, b0, b1 = _bounds(grids, regions, k)
+        m, at = (READS, end) if k < n_reads else (WRITES, visible)
+        status = _assign(e, c, m, pool, grids[g, 3], grids[g, 4], r0, r1, b0, b1, at, ident)
+        if status != _DONE:
+            return status, k
+    return _DONE, -1
 
 
 def _next_pow2(n: int) -> int:
@@ -348,87 +427,69 @@ def granule_of(storage: Storage) -> int:
     return max(ON_CHIP_GRANULE, _next_pow2(-(-storage.rows * storage.row_bytes // HBM_CELLS)))
 
 
-class _Grid:
-    """The write map and the read map of one storage, and the pool of segment lists they share.
-
-    ``ends[m]`` and ``codes[m]`` are map ``m``'s cells: a code above 0 is the record's
-    instruction index + 1, 0 means none, and below 0 the cell is split into the segments
-    of pool slot ``-code``.
-    """
-
-    __slots__ = ("codes", "ends", "granule", "pool", "row_bytes", "rows")
-
-    def __init__(self, storage: Storage) -> None:
-        self.rows, self.row_bytes = storage.rows, storage.row_bytes
-        self.granule = granule_of(storage)
-        shape = (2, self.rows, -(-self.row_bytes // self.granule))
-        self.ends = np.zeros(shape)
-        self.codes = np.zeros(shape, dtype=np.int32)
-        self.pool = np.zeros((1, FIRST_LONGEST + 3), dtype=SEGMENT)
-        self._more_slots(63)
-
-    def bounds(self, region: Region) -> tuple[int, int, int, int]:
-        """The region's rows and bytes, clamped to the storage (the numba loops do no bounds checks)."""
-        r0, r1, b0, b1 = region.r0, region.r1, region.b0, region.b1
-        if r0 < 0 or b0 < 0 or r1 > self.rows or b1 > self.row_bytes:
-            r0, r1 = min(max(r0, 0), self.rows), min(max(r1, 0), self.rows)
-            b0, b1 = min(max(b0, 0), self.row_bytes), min(max(b1, 0), self.row_bytes)
-        return r0, r1, b0, b1
-
-    def assign(self, m: int, region: Region, end: float, ident: int) -> None:
-        """Record an access in map ``m``, growing the pool first when it must."""
-        r0, r1, b0, b1 = self.bounds(region)
-        while status := _assign(
-            self.ends, self.codes, m, self.pool, self.granule, self.row_bytes, r0, r1, b0, b1, end, ident
-        ):
-            if status == _NEEDS_SLOTS:
-                self._more_slots(max(len(self.pool), 2 * (r1 - r0)))
-            else:
-                self._longer()
-
-    def _more_slots(self, count: int) -> None:
-        """Add ``count`` free slots."""
-        old = len(self.pool)
-        pool = np.zeros((old + count, self.pool.shape[1]), dtype=SEGMENT)
-        pool[:old] = self.pool
-        meta = pool[:, -1]  # a view: writes go to the pool
-        new = np.arange(old, old + count, dtype=np.int32)
-        meta["start"][old:] = np.append(new[1:], meta["id"][0])  # each new slot links to the next, the last to the head
-        meta["id"][0] = old
-        meta["start"][0] += count
-        self.pool = pool
-
-    def _longer(self) -> None:
-        """Double the segments each slot can hold."""
-        old = self.pool.shape[1]
-        pool = np.zeros((len(self.pool), 2 * (old - 3) + 3), dtype=SEGMENT)
-        pool[:, : old - 1] = self.pool[:, :-1]
-        pool[:, -1] = self.pool[:, -1]
-        self.pool = pool
-
-    @property
-    def split_cells(self) -> int:
-        """How many cells hold segments now."""
-        return len(self.pool) - 1 - int(self.pool[0, -1]["start"])
-
-
 class AccessTracker:
     """Answers "when may this instruction start?" and records when it is done.
 
     A producer on another engine or queue is waited for through a semaphore, which
     costs ``sync_ns`` more than waiting on the same in-order queue.
+
+    Every storage's write map and read map live in one arena (``ends``, ``codes``), described by a
+    row of ``grids``: (offset, rows, cells per row, granule, row bytes); the pool of segment lists
+    is shared. An instruction's regions are written to one small array, so that answering and
+    recording cost one compiled call each, whatever the number of operands.
     """
 
     def __init__(self, sync_ns: float) -> None:
-        self._grids: dict[int, _Grid] = {}
         self.sync_ns = sync_ns
+        self._grid_of: dict[int, int] = {}  # storage uid -> row of _grids
+        self._grids = np.zeros((8, 5), dtype=np.int64)
+        self._used = 0  # cells of the arena in use
+        self._ends = np.zeros(0)
+        self._codes = np.zeros(0, dtype=np.int32)
+        self._pool = np.zeros((1, FIRST_LONGEST + 3), dtype=SEGMENT)
+        self._more_slots(63)
         self._tracks = np.zeros(1024, dtype=np.int32)
+        self._regions = np.zeros((8, 5), dtype=np.int64)
+        # the lists whose regions _regions holds (the scheduler asks and then records with the same lists)
+        self._filled: tuple[list[Region], list[Region]] | None = None
 
-    def _grid(self, storage: Storage) -> _Grid:
-        grid = self._grids.get(storage.uid)
-        if grid is None:
-            grid = self._grids[storage.uid] = _Grid(storage)
-        return grid
+    def _add_grid(self, storage: Storage) -> int:
+        granule = granule_of(storage)
+        rows, row_bytes = storage.rows, storage.row_bytes
+        cols = -(-row_bytes // granule)
+        g = len(self._grid_of)
+        if g == len(self._grids):
+            self._grids = np.concatenate([self._grids, np.zeros_like(self._grids)])
+        size = 2 * rows * cols
+        if self._used + size > len(self._ends):
+            capacity = max(self._used + size, 2 * len(self._ends))
+            ends, codes = np.zeros(capacity), np.zeros(capacity, dtype=np.int32)
+            ends[: self._used] = self._ends[: self._used]
+            codes[: self._used] = self._codes[: self._used]
+            self._ends, self._codes = ends, codes
+        self._grids[g] = (self._used, rows, cols, granule, row_bytes)
+        self._used += size
+        self._grid_of[storage.uid] = g
+        return g
+
+    def _fill(self, reads: list[Region], writes: list[Region]) -> None:
+        """Write the regions to :attr:`_regions` (reads first), unless these very lists are there already."""
+        filled = self._filled
+        if filled is not None and filled[0] is reads and filled[1] is writes:
+            return
+        count = len(reads) + len(writes)
+        if count > len(self._regions):
+            self._regions = np.zeros((_next_pow2(count), 5), dtype=np.int64)
+        rows, grid_of, k = self._regions, self._grid_of, 0
+        for regions in (reads, writes):
+            for region in regions:
+                storage = region.storage
+                g = grid_of.get(storage.uid)
+                if g is None:
+                    g = self._add_grid(storage)
+                rows[k] = (g, region.r0, region.r1, region.b0, region.b1)
+                k += 1
+        self._filled = (reads, writes)
 
     def ready(self, reads: list[Region], writes: list[Region], track: int) -> tuple[float, int]:
         """The earliest start on ``track`` allowed by data dependencies, and the instruction that sets it."""
@@ -438,23 +499,12 @@ class AccessTracker:
         self, reads: list[Region], writes: list[Region], track: int
     ) -> tuple[tuple[float, int], tuple[float, int]]:
         """:meth:`ready` for the reads alone (RAW), and for the reads and writes (as :meth:`ready`), in one pass."""
-        best, producer = 0.0, -1
-        tracks, sync = self._tracks, self.sync_ns
-        for region in reads:
-            grid = self._grid(region.storage)
-            r0, r1, b0, b1 = grid.bounds(region)
-            best, producer = _scan(
-                grid.ends, grid.codes, WRITES, grid.pool, grid.granule, r0, r1, b0, b1, tracks, track, sync, best,
-                producer,
-            )  # fmt: skip
-        after_reads = (best, producer)
-        for region in writes:
-            grid = self._grid(region.storage)
-            r0, r1, b0, b1 = grid.bounds(region)
-            best, producer = _scan_for_write(
-                grid.ends, grid.codes, grid.pool, grid.granule, r0, r1, b0, b1, tracks, track, sync, best, producer
-            )
-        return after_reads, (best, producer)
+        self._fill(reads, writes)
+        best_reads, who_reads, best, who = _ready_all(
+            self._ends, self._codes, self._pool, self._grids, self._regions, len(reads), len(writes), self._tracks,
+            track, self.sync_ns,
+        )  # fmt: skip
+        return (best_reads, who_reads), (best, who)
 
     def commit(
         self,
@@ -471,16 +521,46 @@ class AccessTracker:
         if index >= len(self._tracks):
             self._tracks = np.concatenate([self._tracks, np.zeros_like(self._tracks)])
         self._tracks[index] = track
-        for m, regions, at in ((READS, reads, end), (WRITES, writes, visible)):
-            for region in regions:
-                grid = self._grid(region.storage)
-                r0, r1, b0, b1 = grid.bounds(region)
-                if _assign(
-                    grid.ends, grid.codes, m, grid.pool, grid.granule, grid.row_bytes, r0, r1, b0, b1, at, index + 1
-                ):
-                    grid.assign(m, region, at, index + 1)  # the pool must grow first
+        self._fill(reads, writes)
+        first = 0
+        while True:
+            status, first = _commit_all(
+                self._ends, self._codes, self._pool, self._grids, self._regions, len(reads), len(writes), first, end,
+                visible, index + 1,
+            )  # fmt: skip
+            if status == _DONE:
+                return
+            if status == _NEEDS_SLOTS:
+                region = self._regions[first]
+                self._more_slots(max(len(self._pool), 2 * int(region[2] - region[1])))
+            else:
+                self._longer()
+
+    def _more_slots(self, count: int) -> None:
+        """Add ``count`` free slots to the pool."""
+        old = len(self._pool)
+        pool = np.zeros((old + count, self._pool.shape[1]), dtype=SEGMENT)
+        pool[:old] = self._pool
+        meta = pool[:, -1]  # a view: writes go to the pool
+        new = np.arange(old, old + count, dtype=np.int32)
+        meta["start"][old:] = np.append(new[1:], meta["id"][0])  # each new slot links to the next, the last to the head
+        meta["id"][0] = old
+        meta["start"][0] += count
+        self._pool = pool
+
+    def _longer(self) -> None:
+        """Double the segments each slot can hold."""
+        old = self._pool.shape[1]
+        pool = np.zeros((len(self._pool), 2 * (old - 3) + 3), dtype=SEGMENT)
+        pool[:, : old - 1] = self._pool[:, :-1]
+        pool[:, -1] = self._pool[:, -1]
+        self._pool = pool
 
     def split_cells(self, storage: Storage) -> int:
-        """Cells of ``storage`` whose bytes have records of their own now (0: every access so far was whole cells)."""
-        grid = self._grids.get(storage.uid)
-        return 0 if grid is None else grid.split_cells
+        """Cells of ``storage``'s maps whose bytes have records of their own now (0: every access so far was whole
+        cells)."""
+        g = self._grid_of.get(storage.uid)
+        if g is None:
+            return 0
+        offset, rows, cols = (int(x) for x in self._grids[g, :3])
+        return int(np.count_nonzero(self._codes[offset : offset + 2 * rows * cols] < 0))
