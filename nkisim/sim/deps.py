@@ -40,6 +40,8 @@ FIRST_LONGEST = 4
 
 #: Cells of one HBM tensor's map at most (before its granule grows): the same budget as the on-chip grids.
 HBM_CELLS = 1 << 18
+#: Cells of both maps the arena holds at first (48 MiB of address space: SBUF's maps and a few HBM tensors').
+FIRST_ARENA_CELLS = 1 << 22
 #: Bytes per cell on chip.
 ON_CHIP_GRANULE = 64
 
@@ -462,7 +464,9 @@ class AccessTracker:
             self._grids = np.concatenate([self._grids, np.zeros_like(self._grids)])
         size = 2 * rows * cols
         if self._used + size > len(self._ends):
-            capacity = max(self._used + size, 2 * len(self._ends))
+            # Zeroed memory is mapped lazily: a large first capacity costs address space, not resident memory,
+            # and spares most kernels the copy (and its transient peak) of growing.
+            capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
             ends, codes = np.zeros(capacity), np.zeros(capacity, dtype=np.int32)
             ends[: self._used] = self._ends[: self._used]
             codes[: self._used] = self._codes[: self._used]
