@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from types import CodeType
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _EXAMPLES_DIR = _PACKAGE_DIR + "examples" + os.sep
@@ -32,13 +33,31 @@ class SourceLoc:
 UNKNOWN_LOC = SourceLoc("<unknown>", 0)
 
 
+#: Locations already made, by code object and line (a kernel's statements are met again and again).
+_known_locations: dict[tuple[CodeType, int], SourceLoc] = {}
+#: Past this many entries the cache starts again (kernels made by ``exec`` in a loop would grow it forever).
+_MAX_KNOWN_LOCATIONS = 1 << 16
+
+
+def _is_kernel_code(code: CodeType) -> bool:
+    filename = code.co_filename
+    return not filename.startswith(_PACKAGE_DIR) or filename.startswith(_EXAMPLES_DIR)
+
+
 def user_location(skip: int = 1) -> SourceLoc:
     """The innermost stack frame of kernel code: outside nkisim, or in its shipped example kernels."""
     frame = sys._getframe(skip)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) or filename.startswith(_EXAMPLES_DIR):
-            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
+        code = frame.f_code
+        key = (code, frame.f_lineno)
+        loc = _known_locations.get(key)
+        if loc is not None:
+            return loc
+        if _is_kernel_code(code):
+            if len(_known_locations) >= _MAX_KNOWN_LOCATIONS:
+                _known_locations.clear()
+            loc = _known_locations[key] = SourceLoc(code.co_filename, key[1], code.co_name)
+            return loc
         frame = frame.f_back  # type: ignore[assignment]
     return UNKNOWN_LOC
 
