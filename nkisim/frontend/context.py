@@ -99,6 +99,11 @@ class KernelContext:
         #: On-chip tiles whose fill waits for their first use, by allocation (``uid``): the tile
         #: (weakly: a tile never used is never filled), the value and the line that asked for it.
         self.lazy_fills: dict[int, tuple[weakref.ref[Tensor], Any, SourceLoc]] = {}
+        #: The loops that run on the device (``nl.fori_loop``, ``nl.while_loop``, ``nl.dynamic_range``)
+        #: the kernel is inside now, outermost first, as (loop number, iteration).
+        self.dynamic_scope: tuple[tuple[int, int], ...] = ()
+        #: Dynamic loops started so far (each gets the next number).
+        self.dynamic_loops = 0
 
     @property
     def hw(self) -> HwConfig:
@@ -112,13 +117,13 @@ class KernelContext:
     def compute(self) -> bool:
         return self.machine.compute
 
-    def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
-        """Hand one ``nisa.<name>`` call to the machine."""
+    def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> int:
+        """Hand one ``nisa.<name>`` call to the machine; returns its index in program order."""
         if self.deferred is not None:
             self.flush_deferred()
         if self.lazy_fills:
             self._fill_before(kwargs)
-        self.machine.issue(Instruction(name, kwargs, loc))
+        return self.machine.issue(Instruction(name, kwargs, loc))
 
     def defer(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
         """Hold ``nisa.<name>`` back until the next instruction (or :meth:`flush_deferred`)."""
