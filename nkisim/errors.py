@@ -130,6 +130,10 @@ class TargetError(KernelError):
     """The kernel uses something the chosen hardware generation does not have."""
 
 
+class DependencyError(KernelError):
+    """A scheduling edge (``NkiInstruction.depends_on``) breaks NKI's rules or cannot be honoured."""
+
+
 class ExecutionError(KernelError):
     """An instruction failed while computing its result (a bug report is welcome)."""
 

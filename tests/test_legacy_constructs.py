@@ -87,6 +87,112 @@ def test_an_instruction_result_assigned_to_a_tile_writes_that_tile():
     assert opcodes(_returned_into, x) == ["dma_copy", "activation", "dma_copy"]
 
 
+# -- nl.zeros in PSUM: the memset waits for the tile's first use ----------------------------
+
+
+def _profile(kernel, *args):
+    return run_legacy(kernel, args, {}).profile.instructions
+
+
+@nki.jit
+def _zeros_then_matmul(x, y):
+    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    a, b = nl.load(x), nl.load(y)
+    acc += nisa.nc_matmul(a, b)
+    acc += nisa.nc_matmul(b[:, 0:128], b)
+    nl.store(out, acc)
+    return out
+
+
+def test_a_matmul_accumulating_into_fresh_zeros_starts_the_accumulation():
+    x, y = rand(128, 128), rand(128, 512)
+    expected = x.T.astype(np.float64) @ y + y[:, 0:128].T.astype(np.float64) @ y
+    np.testing.assert_allclose(_zeros_then_matmul(x, y), expected, rtol=1e-5)
+    assert [r.opcode for r in _profile(_zeros_then_matmul, x, y)] == [
+        "dma_copy", "dma_copy", "nc_matmul", "nc_matmul", "tensor_copy", "dma_copy"
+    ]  # fmt: skip
+
+
+@nki.jit
+def _zeros_then_read(x):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 64), nl.float32, buffer=nl.psum)
+    t = nl.load(x)
+    acc += t  # reads acc: the zeros are needed
+    nl.store(out, acc)
+    return out
+
+
+@nki.jit
+def _zeros_then_copy(x):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 64), nl.float32, buffer=nl.psum)
+    t = nl.load(x)
+    nl.store(out, nl.copy(acc) + t)
+    return out
+
+
+@pytest.mark.parametrize("kernel", [_zeros_then_read, _zeros_then_copy])
+def test_any_other_first_use_of_psum_zeros_issues_the_memset_just_before_it(kernel):
+    x = rand(128, 64)
+    np.testing.assert_allclose(kernel(x), x, rtol=0)
+    ops = [(r.opcode, r.source) for r in _profile(kernel, x)]
+    assert ops[0][0] == "dma_copy" and ops[1][0] == "memset"  # after the load, where the tile is first used
+    zeros_line = kernel.func.__code__.co_firstlineno + 3  # after @nki.jit, def and out
+    assert ops[1][1].endswith(f":{zeros_line}")
+    assert [op for op, _ in ops].count("memset") == 1
+
+
+@nki.jit
+def _zeros_then_part_matmul(x, y):
+    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    acc[:, 0:256] += nisa.nc_matmul(nl.load(x), nl.load(y))
+    nl.store(out, acc)
+    return out
+
+
+def test_a_matmul_into_part_of_psum_zeros_keeps_the_memset_for_the_rest():
+    x, y = rand(128, 128), rand(128, 256)
+    expected = np.zeros((128, 512))
+    expected[:, 0:256] = x.T.astype(np.float64) @ y
+    np.testing.assert_allclose(_zeros_then_part_matmul(x, y), expected, rtol=1e-5)
+    assert [r.opcode for r in _profile(_zeros_then_part_matmul, x, y)][:4] == [
+        "dma_copy", "dma_copy", "memset", "nc_matmul"
+    ]  # fmt: skip
+
+
+@nki.jit
+def _unused_zeros_and_sbuf_zeros(x):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    nl.zeros((128, 512), nl.float32, buffer=nl.psum)  # never used: never filled
+    ones = nl.ones((128, 64), nl.float32, buffer=nl.psum)  # not zeros: filled at once
+    s = nl.zeros((128, 64), nl.float32, buffer=nl.sbuf)  # SBUF: filled at once
+    nl.store(out, nl.load(x) + s + ones)
+    return out
+
+
+def test_psum_zeros_never_used_cost_nothing_and_other_fills_stay_eager():
+    x = rand(128, 64)
+    np.testing.assert_allclose(_unused_zeros_and_sbuf_zeros(x), x + 1, rtol=1e-6)
+    assert [r.opcode for r in _profile(_unused_zeros_and_sbuf_zeros, x)][:3] == ["memset", "memset", "dma_copy"]
+
+
+@nki.jit
+def _print_zeros(x):
+    acc = nl.zeros((2, 3), nl.float32, buffer=nl.psum)
+    nl.device_print("acc", acc)
+    out = nl.ndarray((2, 3), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x))
+    return out
+
+
+def test_psum_zeros_hold_zeros_before_their_memset_is_issued(capsys):
+    _print_zeros(rand(2, 3))
+    assert "[[0. 0. 0.]\n [0. 0. 0.]]" in capsys.readouterr().out
+
+
 # -- indices -----------------------------------------------------------------------------
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
 from nkisim.errors import KernelError, SourceLoc
 from nkisim.hw import HwConfig
-from nkisim.memory import MemorySystem
+from nkisim.memory import MemorySystem, Tensor
 from nkisim.memory.liveness import TilePlan
 from nkisim.sim import Instruction, Machine
 from nkisim.sim.checks import Checker, Findings
@@ -95,6 +96,14 @@ class KernelContext:
         #: An instruction held back by the legacy front end until the next one is issued
         #: (``acc += nisa.nc_matmul(...)`` retargets a matmul into ``acc`` before it issues).
         self.deferred: Instruction | None = None
+        #: On-chip tiles whose fill waits for their first use, by allocation (``uid``): the tile
+        #: (weakly: a tile never used is never filled), the value and the line that asked for it.
+        self.lazy_fills: dict[int, tuple[weakref.ref[Tensor], Any, SourceLoc]] = {}
+        #: The loops that run on the device (``nl.fori_loop``, ``nl.while_loop``, ``nl.dynamic_range``)
+        #: the kernel is inside now, outermost first, as (loop number, iteration).
+        self.dynamic_scope: tuple[tuple[int, int], ...] = ()
+        #: Dynamic loops started so far (each gets the next number).
+        self.dynamic_loops = 0
 
     @property
     def hw(self) -> HwConfig:
@@ -108,11 +117,13 @@ class KernelContext:
     def compute(self) -> bool:
         return self.machine.compute
 
-    def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
-        """Hand one ``nisa.<name>`` call to the machine."""
+    def emit(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> int:
+        """Hand one ``nisa.<name>`` call to the machine; returns its index in program order."""
         if self.deferred is not None:
             self.flush_deferred()
-        self.machine.issue(Instruction(name, kwargs, loc))
+        if self.lazy_fills:
+            self._fill_before(kwargs)
+        return self.machine.issue(Instruction(name, kwargs, loc))
 
     def defer(self, name: str, kwargs: dict[str, Any], loc: SourceLoc) -> None:
         """Hold ``nisa.<name>`` back until the next instruction (or :meth:`flush_deferred`)."""
@@ -126,12 +137,74 @@ class KernelContext:
         if held is None:
             return
         try:
+            if self.lazy_fills:
+                self._fill_before(held.arguments)
             self.machine.issue(held)
         except KernelError as exc:  # raised later than the call: point at the call's line, name the instruction
             exc.loc = held.loc
             exc.instruction = exc.instruction or f"nisa.{held.opcode}"
             exc.args = (exc._format(),)
             raise
+
+    # -- fills issued at first use ---------------------------------------------------------
+
+    def fill_later(self, tile: Tensor, value: Any, loc: SourceLoc) -> None:
+        """Fill ``tile`` with ``value`` by a ``memset`` issued just before the first instruction that uses it.
+
+        The values are set at once (so printing the tile shows them); only the instruction waits.
+        A tile no instruction ever uses is never filled, and :meth:`start_accumulation` may
+        drop the fill altogether.
+        """
+        if self.compute:
+            tile.array[...] = value
+        self.lazy_fills[tile.uid] = (weakref.ref(tile), value, loc)
+
+    def start_accumulation(self, target: Tensor) -> bool:
+        """A matmul is about to accumulate into all of ``target``: drop a zero fill waiting for it.
+
+        A matmul accumulating into a PSUM tile that nothing has written yet starts a new
+        accumulation group (it overwrites), which equals zeros plus the product: the
+        ``memset`` is not needed, as the compiler does not emit it. True when one was dropped.
+        """
+        entry = self.lazy_fills.get(target.uid)
+        if entry is None or entry[1] != 0:
+            return False
+        tile = entry[0]()
+        if tile is None or not _whole(target, tile):
+            return False
+        del self.lazy_fills[target.uid]
+        return True
+
+    def _fill_before(self, arguments: dict[str, Any]) -> None:
+        """Issue the fills of tiles an instruction is about to use (read or written, whole or in part)."""
+        fills = self.lazy_fills
+        for tensor in _tensors(arguments.values()):
+            for used in (tensor, *tensor.index_tensors):
+                entry = fills.pop(used.uid, None)
+                if entry is None:
+                    continue
+                tile = entry[0]()
+                if tile is not None:
+                    self.machine.issue(Instruction("memset", {"dst": tile, "value": entry[1]}, entry[2]))
+
+
+def _tensors(values: Any) -> Iterator[Tensor]:
+    for value in values:
+        if isinstance(value, Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from _tensors(value)
+
+
+def _whole(view: Tensor, tile: Tensor) -> bool:
+    """True when ``view`` covers exactly the bytes of ``tile``, in its layout."""
+    return (
+        view.storage is tile.storage
+        and view.byte_offset == tile.byte_offset
+        and view.shape == tile.shape
+        and view.array.strides == tile.array.strides
+        and view.dtype == tile.dtype
+    )
 
 
 _CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)

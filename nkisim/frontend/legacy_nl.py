@@ -399,6 +399,7 @@ def accumulate(target: Tensor, value: Any, op_name: str) -> None:
     held = _held(value, "nc_matmul") if op_name == "add" else None
     if held is not None and target.buffer is Buffer.psum:
         held.arguments["dst"] = target
+        call.ctx.start_accumulation(target)
         call.ctx.flush_deferred()
         return
     op = OPS[op_name]

@@ -1,17 +1,23 @@
-"""``nl.affine_range``: a loop whose iterations may run in any order.
+"""``nl.affine_range``: a loop whose iterations may run in any order; loops that run on the device.
 
 Inside a kernel run with the sanitizer on, each iteration tells the core's
 :class:`~nkisim.sim.loops.LoopTracker` which loop and iteration the next
 instructions belong to, so it can report loop-carried dependencies and races.
 ``affine_order`` runs the iterations reversed or shuffled, to expose what depends
 on program order (outputs then differ only by floating-point summation order).
+
+A dynamic loop (``nl.dynamic_range``, ``nl.fori_loop``, ``nl.while_loop``) is one loop on
+the device, its body one block of instructions run again per iteration; each iteration
+sets the kernel's :attr:`~nkisim.frontend.context.KernelContext.dynamic_scope`, which
+``depends_on`` checks (an edge cannot leave a dynamic loop's body).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import Any
 
 import numpy as np
 
@@ -76,3 +82,48 @@ class AffineRange:
             ctx.flush_deferred()  # not when the loop is abandoned (an error, or a break)
         finally:
             loops.leave(instance)
+
+
+class DynamicRange:
+    """The iterations of ``nl.dynamic_range``: a ``range`` whose iterations are iterations of a device loop."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: range) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        return f"dynamic_range({self.values.start}, {self.values.stop}, {self.values.step})"
+
+    def __iter__(self) -> Iterator[int]:
+        if not is_running():
+            yield from self.values
+            return
+        ctx = current_context()
+        loop, outer = ctx.dynamic_loops, ctx.dynamic_scope
+        ctx.dynamic_loops += 1
+        try:
+            for iteration, value in enumerate(self.values):
+                ctx.dynamic_scope = (*outer, (loop, iteration))
+                yield value
+        finally:
+            ctx.dynamic_scope = outer
+
+
+def dynamic_iterations(condition: Callable[[], bool], body: Callable[[], Any]) -> None:
+    """``while condition(): body()`` as a loop on the device (``nl.while_loop``)."""
+    ctx = current_context()
+    loop, outer = ctx.dynamic_loops, ctx.dynamic_scope
+    ctx.dynamic_loops += 1
+    iteration = 0
+    try:
+        while condition():
+            ctx.dynamic_scope = (*outer, (loop, iteration))
+            body()
+            ctx.dynamic_scope = outer
+            iteration += 1
+    finally:
+        ctx.dynamic_scope = outer

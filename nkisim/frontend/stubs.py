@@ -11,12 +11,16 @@ from pydantic_core import PydanticUndefined
 
 from nkisim.errors import DtypeError, OperandError, user_location
 from nkisim.frontend.context import current_context
+from nkisim.frontend.handles import NkiInstruction
 from nkisim.isa import REGISTRY, InstructionSpec
 from nkisim.memory import Tensor, dtype_name, to_dtype
 
 
-def make_stub(spec: InstructionSpec) -> Callable[..., None]:
-    """A function ``nisa.<name>(dst, ..., name=None)`` that emits the instruction into the running kernel."""
+def make_stub(spec: InstructionSpec) -> Callable[..., NkiInstruction]:
+    """A function ``nisa.<name>(dst, ..., name=None)`` that emits the instruction into the running kernel.
+
+    It returns the instruction's :class:`~nkisim.frontend.handles.NkiInstruction` handle.
+    """
     fields = spec.operands.model_fields
     order = [f for f in fields if f != "name"] + ["name"]
     params = [
@@ -29,7 +33,7 @@ def make_stub(spec: InstructionSpec) -> Callable[..., None]:
     ]
     name = spec.name
 
-    def stub(*args: Any, **kwargs: Any) -> None:
+    def stub(*args: Any, **kwargs: Any) -> NkiInstruction:
         loc = user_location()
         if len(args) > len(order):
             raise OperandError(f"takes at most {len(order)} positional arguments", loc=loc, instruction=f"nisa.{name}")
@@ -42,7 +46,7 @@ def make_stub(spec: InstructionSpec) -> Callable[..., None]:
         _drop_redundant_dtype(name, kwargs, loc)
         ctx = current_context()
         _reject_unknown(name, order, kwargs, loc, ctx.hw.name)
-        ctx.emit(name, kwargs, loc)
+        return NkiInstruction(ctx, ctx.emit(name, kwargs, loc), name, loc)
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = spec.doc
@@ -91,4 +95,4 @@ def _drop_redundant_dtype(name: str, kwargs: dict[str, Any], loc: Any) -> None:
         )
 
 
-STUBS: dict[str, Callable[..., None]] = {name: make_stub(spec) for name, spec in REGISTRY.items()}
+STUBS: dict[str, Callable[..., NkiInstruction]] = {name: make_stub(spec) for name, spec in REGISTRY.items()}

@@ -11,6 +11,7 @@ from enum import Enum
 
 from nkisim.errors import KernelError as NkiValidationError
 from nkisim.frontend.context import current_context
+from nkisim.frontend.handles import NkiInstruction
 from nkisim.frontend.stubs import STUBS
 from nkisim.hw import Engine as engine  # noqa: N813 - NKI's name
 from nkisim.isa.enums import dge_mode, dma_engine, matmul_perf_mode, oob_mode, reduce_cmd
@@ -53,6 +54,7 @@ def get_nc_sub_version() -> int:
 globals().update(STUBS)
 
 __all__ = [
+    "NkiInstruction",
     "NkiValidationError",
     "VirtualRegister",
     "dge_mode",

@@ -14,7 +14,7 @@ import numpy as np
 from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.helpers import CALLABLE_OPS, HELPERS
-from nkisim.frontend.loops import AffineRange
+from nkisim.frontend.loops import AffineRange, DynamicRange, dynamic_iterations
 from nkisim.hw import load_target
 from nkisim.isa.registers import VirtualRegister
 from nkisim.memory import Buffer, DynSlice, Tensor, cast, to_dtype
@@ -328,7 +328,7 @@ def _check_axis(axis: Any, grid: tuple[int, ...], what: str) -> None:
 # -- dynamic loops (NKI 0.3+; the bounds are registers read when the loop starts) -----
 
 
-def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> range:
+def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> DynamicRange:
     """A loop that runs on the device with bounds held in registers (``nisa.register_alloc``).
 
     nkisim reads the registers when the loop starts (values are known then, since
@@ -339,7 +339,7 @@ def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> range:
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
         raise OperandError(f"nl.dynamic_range: step {step!r} must be a positive compile-time integer", loc=loc)
     lo, hi = (0, start) if stop is None else (start, stop)
-    return range(_bound(lo, "dynamic_range", loc), _bound(hi, "dynamic_range", loc), int(step))
+    return DynamicRange(range(_bound(lo, "dynamic_range", loc), _bound(hi, "dynamic_range", loc), int(step)))
 
 
 def fori_loop(lower: Any, upper: Any, body_fun: Any, step: int = 1) -> None:
@@ -352,12 +352,17 @@ def while_loop(init: Any, body_fun: Any) -> None:
     """``r = init; while r != 0: r = body_fun(r)`` on a condition register."""
     loc = user_location()
     reg = init
-    while True:
+
+    def condition() -> bool:
         if not isinstance(reg, VirtualRegister):
             raise OperandError(f"nl.while_loop: the condition must be a register, got {type(reg).__name__}", loc=loc)
-        if _bound(reg, "while_loop", loc) == 0:
-            return
+        return _bound(reg, "while_loop", loc) != 0
+
+    def body() -> None:
+        nonlocal reg
         reg = body_fun(reg)
+
+    dynamic_iterations(condition, body)
 
 
 def _bound(value: Any, what: str, loc: Any) -> int:

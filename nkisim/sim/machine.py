@@ -14,6 +14,13 @@ record. :meth:`Machine.issue` then does, in this order:
 7. **schedule**: place it on its engine's or DMA queue's timeline, after the spec's
    ``synchronise`` hook (if any) has met the other cores of a multi-core launch.
 
+The placement of step 7 waits until the next instruction is issued (or the timeline is
+read), so that :meth:`Machine.depend` can still add scheduling edges to the latest
+instruction. Steps 1-6 happen at once, so values are there as soon as the call returns;
+the order of placements, and so every time, is the same as placing at once. An
+instruction with a ``synchronise`` hook is placed at once: the other core has already
+been told when it arrives.
+
 Every per-instruction hook is a field of :class:`~nkisim.isa.spec.InstructionSpec`; the machine
 knows no instruction by name. Another instruction set (another kind of engine) brings its own
 registry of specs.
@@ -134,16 +141,27 @@ class Machine:
         self.checker = checker
         #: Plans by call key (nkisim.sim.plans): what each operand geometry decided, for this machine.
         self._plans: dict[tuple[object, ...], Plan] = {}
+        #: The latest instruction, issued but not yet placed: the arguments of ``Scheduler.schedule``.
+        self._pending: tuple[Any, ...] | None = None
+        #: Instructions the pending one must wait for (:meth:`depend`).
+        self._pending_after: list[int] = []
         if checker is not None:
             self.memory.on_allocate = checker.allocated
 
     @property
     def timeline(self) -> Timeline:
         """Every instruction issued so far, scheduled."""
+        if self._pending is not None:
+            self._place()
         return self.scheduler.timeline
 
-    def issue(self, instruction: Instruction) -> None:
-        """Validate, execute, account, cost and schedule one instruction."""
+    def issue(self, instruction: Instruction) -> int:
+        """Validate, execute, account and cost one instruction; returns its index in program order.
+
+        It is placed on the timeline when the next instruction is issued or the timeline is read.
+        """
+        if self._pending is not None:
+            self._place()
         spec = self.registry[instruction.opcode]
         loc = instruction.loc
         if len(self.scheduler.timeline) >= self._next_check:
@@ -183,24 +201,47 @@ class Machine:
         else:
             cost = cost_of(plan, ops) if plan.cost is not None else spec.cost(ops, self.hw, engine)
             summary = plan.summary
-        not_before = 0.0
+        index = len(self.scheduler.timeline)
         if spec.synchronise is not None:
             arrival = self.scheduler.earliest_start(engine, reads, writes, instruction.unit)
             chk = Check(spec.name, engine, self.hw, loc)
             not_before, cost = spec.synchronise(ops, self.peer, arrival, cost, self.compute, chk)
-        self.scheduler.schedule(
-            spec.name,
-            engine,
-            cost,
-            reads,
-            writes,
-            loc,
-            not_before=not_before,
-            args=summary,
-            unit=instruction.unit,
-        )
+            self.scheduler.schedule(
+                spec.name, engine, cost, reads, writes, loc, not_before=not_before, args=summary, unit=instruction.unit
+            )
+        else:
+            self._pending = (spec.name, engine, cost, reads, writes, loc, summary, instruction.unit)
         if self.peer is not None:
             self.peer.yield_turn()
+        return index
+
+    def _place(self) -> None:
+        """Place the pending instruction on the timeline, after the producers :meth:`depend` gave it."""
+        pending, after = self._pending, self._pending_after
+        assert pending is not None
+        self._pending = None
+        opcode, engine, cost, reads, writes, loc, summary, unit = pending
+        if after:
+            self._pending_after = []
+        self.scheduler.schedule(opcode, engine, cost, reads, writes, loc, args=summary, unit=unit, after=after)
+
+    def depend(self, consumer: int, producer: int) -> float | None:
+        """Make instruction ``consumer`` start only after instruction ``producer`` has ended.
+
+        Waiting on a producer in another engine or queue costs the semaphore latency, as a
+        data dependency does. The latest instruction, not yet placed, takes the edge as a
+        dependency; one already placed cannot move, so the edge holds only when it
+        already starts late enough.
+
+        Returns:
+            None when the edge holds; else the start ``consumer`` would need (in ns).
+        """
+        if self._pending is not None and consumer == len(self.scheduler.timeline) and producer < consumer:
+            self._pending_after.append(producer)
+            return None
+        timeline = self.timeline
+        needed = self.scheduler.edge_ready(producer, timeline.track_id[consumer])
+        return None if timeline.start_ns[consumer] >= needed else needed
 
     def _checkpoint(self, spec: InstructionSpec, loc: SourceLoc) -> None:
         """Before the next instruction: report progress, enforce the budget, and set the next check."""

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 from nkisim.errors import SourceLoc
 from nkisim.hw import QUEUED_ENGINES, Engine, HwConfig
@@ -126,6 +127,15 @@ class Scheduler:
         ready, _ = self.tracker.ready(reads, writes, len(self.timeline.tracks) if track_id is None else track_id)
         return max(ready, free)
 
+    def edge_ready(self, producer: int, track_id: int) -> float:
+        """The earliest start on track ``track_id`` of an instruction that waits for instruction ``producer`` to end.
+
+        As for a data dependency, a producer on another track is waited for through a semaphore.
+        """
+        tl = self.timeline
+        end = tl.end_ns[producer]
+        return end if tl.track_id[producer] == track_id else end + self.tracker.sync_ns
+
     def schedule(
         self,
         opcode: str,
@@ -137,16 +147,22 @@ class Scheduler:
         not_before: float = 0.0,
         args: Operands = (),
         unit: int | None = None,
+        after: Sequence[int] = (),
     ) -> tuple[float, float]:
         """Place one instruction on the timeline; returns its (start, end) in ns.
 
         ``not_before`` holds it back until another core is ready too (``core_barrier``, ``sendrecv``);
-        ``unit`` picks one instance of a replicated engine (its own in-order track).
+        ``unit`` picks one instance of a replicated engine (its own in-order track); ``after``
+        lists instructions it waits for besides its data producers (``depends_on`` edges).
         """
         tl = self.timeline
         track, queue = self._track(engine, unit)
         track_id = tl.track_number(track)
         (_, read_producer), (ready, producer) = self.tracker.ready_both(reads, writes, track_id)
+        for edge in after:
+            needed = self.edge_ready(edge, track_id)
+            if needed > ready:
+                ready, producer = needed, edge
         previous = self._last_on_track.get(track, -1)
         if not_before > ready:
             ready, producer = not_before, -1

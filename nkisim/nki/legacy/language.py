@@ -178,16 +178,25 @@ def _filled(shape: Any, value: Any, dtype: Any, buffer: Any, name: str) -> Any:
     made = ndarray(shape, dtype, buffer=buffer, name=name)
     tiles = made.blocks.flat if isinstance(made, BlockBuffer) else [made]
     ctx = current_context()
+    loc = user_location()
     for t in tiles:
-        if t.buffer.is_on_chip:
-            ctx.emit("memset", {"dst": t, "value": value}, user_location())
+        if t.buffer is Buffer.psum and value == 0:  # a matmul may start the accumulation instead
+            ctx.fill_later(t, 0, loc)
+        elif t.buffer.is_on_chip:
+            ctx.emit("memset", {"dst": t, "value": value}, loc)
         else:
             t.array[...] = np.asarray(value).astype(t.dtype)
     return made
 
 
 def zeros(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **kwargs: Any) -> Any:
-    """A new tensor of zeros (on chip, by memset)."""
+    """A new tensor of zeros (on chip, by memset).
+
+    In PSUM the ``memset`` is issued just before the first instruction that uses the tile,
+    and not at all when that is a matmul accumulating into the whole tile
+    (``acc += nisa.nc_matmul(...)``): a matmul into a PSUM tile nothing has written starts
+    a new accumulation group, which equals zeros plus the product.
+    """
     return _filled(shape, 0, dtype, buffer, name)
 
 
