@@ -313,8 +313,7 @@ def _dequantized(data: Tensor, scale: Tensor) -> np.ndarray:
     accumulates=matmul_accumulates,
     requires=("mx_formats",),
     dtypes=(
-        "stationary/moving float8_e5m2_x4/float8_e4m3fn_x4/float4_e2m1fn_x4; scales float8_e8m0fnu/uint8; "
-        "dst fp32/bf16"
+        "stationary/moving float8_e5m2_x4/float8_e4m3fn_x4/float4_e2m1fn_x4; scales float8_e8m0fnu/uint8; dst fp32/bf16"
     ),
 )
 def nc_matmul_mx(ops: NcMatmulMxOps, state: EngineState) -> None:

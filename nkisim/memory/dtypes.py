@@ -18,7 +18,6 @@ import numpy as np
 TFLOAT32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
 
 
-
 def _packed(name: str, container: str) -> np.dtype:
     """A packed type: one unsigned-integer field named after the type, so each is a dtype of its own."""
     return np.dtype([(name, container)], metadata={"nki": name})

@@ -18,6 +18,7 @@ from nkisim.memory.tensor import Tensor
 #: (``assert x.buffer == nl.hbm``). The programs of a launch share them all the same.
 INPUT_BUFFER = Buffer.hbm
 
+
 class MemorySystem:
     """SBUF, PSUM and the HBM tensors of one run.
 
