@@ -425,7 +425,6 @@ def device_print(prefix: str, x: Any, *, mask: Any = None, **kwargs: Any) -> Non
     if not isinstance(x, Tensor):
         raise OperandError(f"x must be a tile, got {type(x).__name__}", instruction="nl.device_print")
     if ctx.prints.claim():
-        ctx.memory.settle([("x", x)], [])
         print(f"{prefix} {x.name}{list(x.shape)}:\n{np.asarray(x.array)}")
 
 

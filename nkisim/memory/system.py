@@ -84,30 +84,8 @@ class MemorySystem:
             storage = self._hbm_storage(shape, dtype, name, loc)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
         if self.poison:
-            if buffer.is_on_chip:
-                tensor.poison_pending = True  # filled at its first use, unless that use overwrites it all
-            else:
-                _poison(tensor)
+            _poison(tensor)
         return tensor
-
-    def settle(self, reads: Iterable[tuple[str, Tensor]], writes: Iterable[tuple[str, Tensor]]) -> None:
-        """Poison the fresh tiles an instruction is about to use, as if it had been done at allocation.
-
-        A tile whose first use writes every byte of it and reads none is left as it is: poisoning it
-        first would change nothing (most tiles are filled whole by their first instruction).
-        Anything that reads or writes tile values other than an instruction calls this first.
-        """
-        for _, t in reads:
-            base = t._base or t
-            if base.poison_pending:
-                base.poison_pending = False
-                _poison(base)
-        for _, t in writes:
-            base = t._base or t
-            if base.poison_pending:
-                base.poison_pending = False
-                if not _covers(t, base):
-                    _poison(base)
 
     def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
         """Copy a kernel input into fresh HBM (an input reports ``nl.hbm``: see :data:`INPUT_BUFFER`)."""
@@ -217,16 +195,6 @@ def _typed_view(storage: Storage, offset: int, shape: tuple[int, ...], dtype: np
     flat = storage.bytes.reshape(-1)
     nbytes = math.prod(shape) * dtype.itemsize
     return flat[offset : offset + nbytes].view(dtype).reshape(shape)
-
-
-def _covers(view: Tensor, base: Tensor) -> bool:
-    """Whether ``view`` writes every byte of ``base`` (a plain view with as many bytes as its allocation)."""
-    if view.__class__ is not Tensor:  # an access pattern or a dynamic view
-        return False
-    array = view.array
-    if array.nbytes != base.array.nbytes:
-        return False
-    return all(s != 0 or n == 1 for n, s in zip(array.shape, array.strides))
 
 
 def _poison(tensor: Tensor) -> None:

@@ -61,7 +61,6 @@ class Tensor:
         "defect",
         "dtype",
         "name",
-        "poison_pending",
         "storage",
         "uid",
     )
@@ -93,8 +92,6 @@ class Tensor:
         self._row_box: tuple[int, int, int, int] | bool | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
-        #: An on-chip allocation not yet filled with its poison pattern: see :meth:`MemorySystem.settle`.
-        self.poison_pending = False
         #: Why this view may not be used (an empty slice, a pattern outside the tensor), or None.
         #: Tracing a kernel may build such a view on a path that never uses it, as NKI's
         #: tracer does; an instruction given one raises this error.

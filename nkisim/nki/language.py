@@ -391,7 +391,6 @@ def device_print(print_prefix: str, tensor: Tensor) -> None:
         raise OperandError(f"nl.device_print: tensor must be an NKI tensor, got {type(tensor).__name__}")
     if not ctx.prints.claim():
         return
-    ctx.memory.settle([("tensor", tensor)], [])
     print(f"{print_prefix} {tensor.name}{list(tensor.shape)}:\n{np.asarray(tensor.array)}")
 
 

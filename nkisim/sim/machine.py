@@ -188,7 +188,6 @@ class Machine:
         if checker is not None:
             checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes)
         if self.compute:
-            self.memory.settle(tensor_reads, tensor_writes)
             self._execute(spec, ops, engine, loc)
         if checker is not None:
             checker.after(spec, engine, tensor_writes)
