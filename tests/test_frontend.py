@@ -316,6 +316,50 @@ def test_reused_memory_is_poisoned_again():
         assert np.isnan(out).all()
 
 
+def test_a_partly_written_fresh_tile_reads_nan_in_the_rest():
+    # a first write that covers part of the tile leaves the rest as poisoned as at allocation,
+    # even on bytes an earlier tile filled with 1.0
+    def kernel(x):
+        old = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nisa.memset(old, 1.0)
+        del old
+        tile = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nisa.memset(tile[:, 0:4], 2.0)
+        return store(tile)
+
+    out = nkisim.run(kernel, [rand(1, 1)], check="off").outputs
+    assert (out[:, 0:4] == 2.0).all()
+    assert np.isnan(out[:, 4:]).all()
+
+
+def test_a_fresh_tile_overwritten_whole_keeps_only_the_new_values():
+    def kernel(x):
+        old = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nisa.memset(old, 1.0)
+        del old
+        tile = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nisa.dma_copy(dst=tile, src=x)
+        return store(tile)
+
+    x = rand(128, 16)
+    np.testing.assert_array_equal(nkisim.run(kernel, [x]).outputs, x)
+
+
+def test_device_print_of_a_fresh_tile_shows_its_poison(capsys):
+    def kernel(x):
+        old = nl.ndarray((2, 3), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nisa.memset(old, 1.0)
+        del old
+        tile = nl.ndarray((2, 3), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nl.device_print("fresh", tile)
+        nisa.memset(tile, 0.0)
+        return store(tile)
+
+    nkisim.run(kernel, [rand(1, 1)])
+    printed = capsys.readouterr().out
+    assert "nan" in printed and "1." not in printed
+
+
 def test_liveness_lets_a_loop_allocate_more_than_sbuf_holds():
     # 40 iterations x (128 x 2048 float32 = 8 KiB per partition) = 320 KiB per
     # partition in total, far more than trn1's 192 KiB per partition of SBUF.
