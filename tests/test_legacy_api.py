@@ -216,6 +216,18 @@ def test_benchmark_reports_the_simulated_latency():
     assert k.benchmark_result.nc_latency.get_latency_percentile(50) == pytest.approx(expected)
 
 
+def test_benchmark_on_typing_annotations_simulates_shapes_alone():
+    import nkisim.nki.legacy.typing as nt
+
+    lhs, rhs = nt.tensor[[128, 64], nl.float32], nt.tensor[(128, 256), nl.float32]
+    assert (lhs.shape, lhs.dtype, repr(nt.tensor[128, 512])) == ((128, 64), nl.float32, "tensor[128, 512]")
+    k = nki.benchmark(warmup=2, iters=5)(_nl_matmul.func)
+    assert k(lhs, rhs) is None  # no values: a benchmark ignores them
+    # the timeline of shapes alone is the one arrays of those shapes give
+    expected = run_legacy(_nl_matmul, (rand(128, 64), rand(128, 256)), {}).total_ns / 1000.0
+    assert k.benchmark_result.nc_latency.get_latency_percentile(99) == pytest.approx(expected)
+
+
 def test_unsupported_function_says_why():
     @nki.jit
     def k(a):

@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from nkisim.errors import CapacityError, OperandError, SourceLoc, TargetError
+from nkisim.frontend.annotations import TensorAnnotation
 from nkisim.frontend.blas import single_threaded_blas
 from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, leave
-from nkisim.frontend.jit import _kernel_loc, _target, _to_hbm, _with_compiler_liveness, default_check, run
+from nkisim.frontend.jit import ArraySpec, _kernel_loc, _target, _to_hbm, _with_compiler_liveness, default_check, run
 from nkisim.frontend.legacy_tile import as_tile
 from nkisim.frontend.validate import collect, translate
 from nkisim.hw import HwConfig
@@ -190,9 +191,18 @@ def _placement(sizes: tuple[int, ...], dims: tuple[Any, ...], cores: int) -> lis
 
 
 def run_legacy(
-    kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, target: Any = None, check: str | None = None
+    kernel: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    target: Any = None,
+    check: str | None = None,
+    compute: bool = True,
 ) -> LegacyRunResult:
-    """Simulate a legacy kernel launch; arrays passed in that the kernel wrote are updated in place."""
+    """Simulate a legacy kernel launch; arrays passed in that the kernel wrote are updated in place.
+
+    With ``compute=False`` inputs may be given by shape and dtype, and no values are computed.
+    """
     kernel = as_kernel(kernel)
     hw = _target(target if target is not None else kernel.platform_target)
     mode = check if check is not None else kernel.options.get("check", default_check())
@@ -211,8 +221,8 @@ def run_legacy(
         shared: list[Tensor] = []
         ctxs = []
         for core in range(cores):
-            memory = _GridMemory(hw, True, shared, plans[core] if plans else None)
-            ctx = KernelContext(hw, grid=sizes, budget=budget, findings=findings, memory=memory, prints=prints)
+            memory = _GridMemory(hw, compute, shared, plans[core] if plans else None)
+            ctx = KernelContext(hw, compute, grid=sizes, budget=budget, findings=findings, memory=memory, prints=prints)
             ctx.kernel_name = kernel.func.__qualname__
             ctx.num_programs = max(math.prod(sizes), 1)
             ctxs.append(ctx)
@@ -354,15 +364,26 @@ class ProfiledKernel(LegacyKernel):
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Simulate the kernel once; arguments such as ``nt.tensor[[128, 512], nl.bfloat16]`` stand for inputs of that
+        shape and dtype, and the run is then on shapes alone (and returns None)."""
         if is_running():
             return self.func(*args, **kwargs)
-        result = run_legacy(self, args, kwargs)
+        args, kwargs = tuple(_spec_of(a) for a in args), {k: _spec_of(v) for k, v in kwargs.items()}
+        compute = not any(isinstance(v, ArraySpec) for v in (*args, *kwargs.values()))
+        result = run_legacy(self, args, kwargs, compute=compute)
         self.benchmark_result = BenchmarkResult(LatencyStats(result.profile.total_ns), result.profile)
         self.profile = result.profile
         trace = self.options.get("save_trace_name")
         if trace:
             result.profile.to_perfetto(trace)
-        return result.outputs
+        return result.outputs if compute else None
+
+
+def _spec_of(value: Any) -> Any:
+    """A typing annotation with a shape and a dtype as the input it describes; anything else as it is."""
+    if isinstance(value, TensorAnnotation) and value.dtype is not None:
+        return ArraySpec(tuple(int(d) for d in value.shape), value.dtype)
+    return value
 
 
 def benchmark(kernel: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
