@@ -11,7 +11,7 @@
 The alias is a finder at the front of ``sys.meta_path`` that maps ``nki``,
 ``nki.language``, ``nki.isa``, ``nki.isa.constants`` (NKI's enums) and
 ``nki.typing`` to nkisim's modules, and the legacy API's ``neuronxcc.nki``,
-``.language``, ``.isa``, ``.typing`` and ``.compiler`` to ``nkisim.nki.legacy``
+``.language``, ``.isa``, ``.isa.constants``, ``.typing`` and ``.compiler`` to ``nkisim.nki.legacy``
 (docs/legacy-api.md). Both APIs can be imported in one process. It is never installed implicitly, and it
 refuses to shadow a real NKI installation: if ``import nki`` would find an
 installed package, :func:`install_nki_alias` raises :class:`NkiAliasError`.
@@ -38,6 +38,7 @@ LEGACY_ALIASES: dict[str, str] = {
     "neuronxcc.nki": "nkisim.nki.legacy",
     "neuronxcc.nki.language": "nkisim.nki.legacy.language",
     "neuronxcc.nki.isa": "nkisim.nki.legacy.isa",
+    "neuronxcc.nki.isa.constants": "nkisim.nki.legacy.isa.constants",
     "neuronxcc.nki.typing": "nkisim.nki.legacy.typing",
     "neuronxcc.nki.compiler": "nkisim.nki.legacy.compiler",
 }
@@ -85,7 +86,8 @@ _FINDER: _NkiAliasFinder | None = None
 
 def install_nki_alias() -> None:
     """Make ``import nki`` (and ``nki.language``, ``nki.isa``) import nkisim's NKI modules,
-    and ``import neuronxcc.nki`` (``.language``, ``.isa``, ``.typing``, ``.compiler``) its legacy ones.
+    and ``import neuronxcc.nki`` (``.language``, ``.isa``, ``.isa.constants``, ``.typing``, ``.compiler``)
+    its legacy ones.
 
     Calling it again while installed does nothing.
 

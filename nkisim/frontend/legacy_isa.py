@@ -165,6 +165,8 @@ class LegacyInstr:
         params: the legacy arguments in order; the first ``positional`` may be given by position.
         defaults: the legacy defaults (arguments missing here are required).
         result: how the result tile is made; None for instructions that write a given ``dst``.
+            With both a result and a ``dst`` parameter, a call that passes ``dst=`` writes that
+            tile (and returns it), one that does not gets a new result tile.
         convert: legacy arguments to the current instruction's, after ``dst`` is set.
         target: the current instruction's name (default: the same).
         dtype_param: the legacy ``dtype`` is the result's dtype (False: the argument is required
@@ -193,7 +195,8 @@ LEGACY_ISA: tuple[LegacyInstr, ...] = (
     LegacyInstr("bn_stats", ("data",), 1, {}, _rows(6)),
     LegacyInstr("dma_copy", ("dst", "src", "dst_rmw_op", "oob_mode", "dge_mode"), 0,
                 {"dst_rmw_op": None, "oob_mode": oob_mode.error, "dge_mode": dge_mode.unknown}),
-    LegacyInstr("dma_transpose", ("src", "axes"), 1, {"axes": None}, _dma_transposed),
+    LegacyInstr("dma_transpose", ("src", "axes", "dge_mode"), 1, {"axes": None, "dge_mode": dge_mode.unknown},
+                _dma_transposed),
     LegacyInstr("dropout", ("data", "prob"), 2, {}, like("data")),
     LegacyInstr("iota", ("expr", "dtype_arg"), 2, {}, _expr_shape, _iota),
     LegacyInstr("local_gather", ("src_buffer", "index", "num_elem_per_idx", "num_valid_indices"), 4,
@@ -233,6 +236,8 @@ LEGACY_ISA: tuple[LegacyInstr, ...] = (
                 {"negate": False, "keepdims": False}, _reduced),
     LegacyInstr("tensor_scalar", ("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1", "engine"), 7,
                 {"reverse0": False, "op1": None, "operand1": None, "reverse1": False, "engine": None}, like("data")),
+    LegacyInstr("tensor_scalar_cumulative", ("dst", "src", "op0", "op1", "imm0", "imm1", "reduce_cmd"), 0,
+                {"dst": None, "imm1": None, "reduce_cmd": reduce_cmd.reset_reduce}, like("src")),
     LegacyInstr("tensor_scalar_reduce", ("data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0"), 0,
                 {"reverse0": False}, like("data")),
     LegacyInstr("tensor_tensor", ("data1", "data2", "op", "engine"), 3, {"engine": None}, _binary),
@@ -287,10 +292,14 @@ def make(spec: LegacyInstr) -> Callable[..., Any]:
 def _issue(spec: LegacyInstr, bound: dict[str, Any], m: Masked, dtype: Any, loc: Any) -> Any:
     ctx = current_context()
     dst = None
+    made = False  # the result tile is made here (not a ``dst=`` the kernel passed)
     if spec.result is not None:
+        dst = bound.get("dst")
+        made = dst is None
+    if made:
         shape, default, buffer = spec.result(bound)
         out = to_dtype(dtype) if dtype is not None else to_dtype(default)
-        call = HelperCall(spec.name)
+        call = HelperCall(spec.name, "nisa")
         dst = as_tile(call.tile(tuple(int(d) for d in shape), out, buffer))
         bound["dst"] = dst
     operands = {k: m(v) for k, v in bound.items()}
@@ -298,7 +307,7 @@ def _issue(spec: LegacyInstr, bound: dict[str, Any], m: Masked, dtype: Any, loc:
         operands = spec.convert(operands)
     if m.empty:
         return dst
-    if spec.defer or dst is not None:  # held back: ``t[...] = nisa.x(...)`` may still retarget it into t
+    if spec.defer or made:  # held back: ``t[...] = nisa.x(...)`` may still retarget it into t
         ctx.defer(spec.target or spec.name, operands, loc)
     else:
         ctx.emit(spec.target or spec.name, operands, loc)

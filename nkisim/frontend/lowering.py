@@ -29,13 +29,14 @@ ADD, MUL, DIV, SUB = OPS["add"], OPS["multiply"], OPS["divide"], OPS["subtract"]
 class HelperCall:
     """One ``nl.<helper>(...)`` call: its kernel line, and the tiles and instructions it makes."""
 
-    def __init__(self, helper: str) -> None:
+    def __init__(self, helper: str, namespace: str = "nl") -> None:
         self.helper = helper
+        self.namespace = namespace  # how errors name the call: nl.<helper>, or nisa.<helper> for a legacy result
         self.loc = user_location()
         self.ctx = current_context()
 
     def error(self, cls: type[KernelError], rule: str) -> KernelError:
-        return cls(rule, loc=self.loc, instruction=f"nl.{self.helper}", target=self.ctx.hw.name)
+        return cls(rule, loc=self.loc, instruction=f"{self.namespace}.{self.helper}", target=self.ctx.hw.name)
 
     def tile(self, shape: tuple[int, ...], dtype: np.dtype, buffer: Buffer = Buffer.sbuf, name: str = "") -> Tensor:
         """A new on-chip tile for a result or an intermediate value."""

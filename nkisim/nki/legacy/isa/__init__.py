@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from nkisim.errors import KernelError as NkiValidationError
 from nkisim.frontend.legacy_isa import LEGACY_NISA
-from nkisim.hw import Engine as engine  # noqa: N813 - NKI's name
-from nkisim.isa.enums import dge_mode, dma_engine, oob_mode, reduce_cmd
-from nkisim.nki.isa import get_nc_version, nc_version
-from nkisim.nki.legacy.language import fp32
+from nkisim.nki.isa import get_nc_version
+from nkisim.nki.legacy.isa import constants
+from nkisim.nki.legacy.isa.constants import dge_mode, dma_engine, engine, fp32, nc_version, oob_mode, reduce_cmd
 
 tensor_engine = engine.tensor
 vector_engine = engine.vector
@@ -23,6 +22,7 @@ globals().update(LEGACY_NISA)
 
 __all__ = [
     "NkiValidationError",
+    "constants",
     "dge_mode",
     "dma_engine",
     "engine",
