@@ -162,6 +162,24 @@ class SyncConfig(_Frozen):
     remote_semaphore_latency_ns: float = Field(ge=0)
 
 
+class LaunchConfig(_Frozen):
+    """What a NEFF execution costs around the kernel's own instructions.
+
+    A device profile of one execution (neuron-profile's timeline, the runtime's cycle count of
+    the graph) starts ``startup_ns`` before the kernel's first instruction and ends
+    ``teardown_ns`` after its last: "every NEFF execution involves certain start-up and
+    tear-down overhead" (NKI fused Mamba tutorial). The kernel timeline leaves them out.
+    """
+
+    startup_ns: float = Field(ge=0)
+    teardown_ns: float = Field(ge=0)
+
+    @property
+    def overhead_ns(self) -> float:
+        """Start-up plus tear-down."""
+        return self.startup_ns + self.teardown_ns
+
+
 class SequencerConfig(_Frozen):
     """Engine sequencers: control instructions on their 32-bit registers, at the issuing engine's clock."""
 
@@ -281,6 +299,7 @@ class HwConfig(_Frozen):
     hbm: HbmConfig
     dma: DmaConfig
     sync: SyncConfig
+    launch: LaunchConfig
     tensor: TensorEngineConfig
     vector: EngineConfig
     scalar: EngineConfig
