@@ -90,8 +90,9 @@ class EngineConfig(_Frozen):
     access_latency_cycles: int = Field(default=0, ge=0)
     #: Static overhead before an instruction that reads the result of the one just before it on this engine.
     dependent_overhead_cycles: int = Field(default=0, ge=0)
-    #: Scalar: loading another activation function's table.
-    table_switch_cycles: int = Field(default=0, ge=0)
+    #: Scalar: loading an activation function's table (ACT_TABLE_LOAD), before the first
+    #: activation that needs one and whenever the function needs another.
+    table_load_ns: float = Field(default=0.0, ge=0)
     #: Fastest performance mode (elements per lane per cycle) for 16-bit SBUF-to-SBUF streams; 1 = none.
     perf_mode_max: int = Field(default=1, ge=1)
 
