@@ -8,8 +8,8 @@
    own stage from max(data ready, previous load's end, previous matmul's start); the
    matmul starts at max(ready, engine free, load end). The same stationary tile as the
    previous matmul's is not loaded again.
-4. The Scalar Engine pays ``table_switch_cycles`` when an activation other than the
-   identity needs another table than the one loaded.
+4. The Scalar Engine pays ``table_load_ns`` when an activation other than the identity
+   needs another table than the one loaded (none is loaded when the kernel starts).
 5. NeuronCore-v2: Vector and GpSimd instructions touching SBUF never overlap, nor Vector
    and Scalar instructions touching PSUM.
 6. DMA: the on-chip side's partitions choose the engines (8 partitions each; HBM to HBM:
@@ -102,7 +102,7 @@ def test_a_compute_result_is_visible_an_access_latency_after_its_end(target):
     assert fill.start_ns == 0.0
     assert fill.end_ns == pytest.approx(element_ns(hw.vector, n), rel=REL)
     assert act.start_ns == pytest.approx(fill.end_ns + access_ns(hw.vector) + sem, rel=REL)
-    assert act.duration_ns == pytest.approx(element_ns(hw.scalar, n), rel=REL)
+    assert act.duration_ns == pytest.approx(hw.scalar.table_load_ns + element_ns(hw.scalar, n), rel=REL)  # table first
     assert copy.start_ns == pytest.approx(act.end_ns + access_ns(hw.scalar) + sem, rel=REL)
     assert copy.duration_ns == pytest.approx(element_ns(hw.gpsimd, n), rel=REL)
 
@@ -318,23 +318,31 @@ def test_a_load_never_starts_before_the_previous_matmul():
 # -- 4. Scalar activation tables ------------------------------------------------------
 
 
+def test_the_activation_table_load_is_the_published_profiles_act_table_load():
+    # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/get-started/about/nki-dma-overview.html
+    # trn2 profiles of load -> exp -> store: ScalarE loads the exp table before the exp, from
+    # 25,057 to 26,340 ns in Example 1 (A[4,4096]) and from 34,843 to 36,127 ns in Example 2 (A[128,128]).
+    readings = [26_340 - 25_057, 36_127 - 34_843]
+    for target in TARGETS:
+        assert load_target(target).scalar.table_load_ns == pytest.approx(sum(readings) / len(readings), abs=1)
+
+
 @pytest.mark.parametrize("target", TARGETS)
-def test_switching_the_activation_table_costs_time(target):
+def test_loading_an_activation_table_costs_time(target):
     hw = load_target(target)
     n = 256
     ops = [nl.exp, nl.exp, nl.tanh, nl.copy, nl.tanh, nl.exp]
-    # the first table loads for free; copy needs none and leaves tanh's loaded
-    switches = [False, False, True, False, False, True]
+    # no table is loaded when the kernel starts; copy needs none and leaves tanh's loaded
+    loads = [True, False, True, False, False, True]
 
     def kernel():
         for op in ops:
             nisa.activation(dst=sbuf((P, n)), op=op, data=sbuf((P, n)))
 
     recs = records(kernel, target=target)
-    assert hw.scalar.table_switch_cycles == 128
     t = 0.0
-    for rec, switch in zip(recs, switches, strict=True):
-        busy = ns(hw.scalar, max(hw.scalar.min_ii_cycles, n) + (hw.scalar.table_switch_cycles if switch else 0))
+    for rec, load in zip(recs, loads, strict=True):
+        busy = ns(hw.scalar, max(hw.scalar.min_ii_cycles, n)) + (hw.scalar.table_load_ns if load else 0.0)
         assert rec.start_ns == pytest.approx(t, rel=REL, abs=1e-9)
         assert rec.duration_ns == pytest.approx(busy, rel=REL)
         t += busy
@@ -370,7 +378,7 @@ def test_vector_and_scalar_share_the_psum_port_on_trn1(target):
 
     def kernel():
         nisa.memset(dst=psum((P, n)), value=0.0)  # Vector, PSUM
-        nisa.activation(dst=sbuf((P, 64)), op=nl.exp, data=sbuf((P, 64)))  # Scalar, SBUF only
+        nisa.activation(dst=sbuf((P, 64)), op=nl.copy, data=sbuf((P, 64)))  # Scalar, SBUF only, no table
         nisa.activation(dst=sbuf((P, n)), op=nl.exp, data=psum((P, n)))  # Scalar, reads PSUM
 
     fill, sbuf_act, psum_act = records(kernel, target=target)
@@ -645,6 +653,8 @@ def test_a_dependent_1_element_scalar_chain_is_near_the_published_189_ns():
     assert expected == pytest.approx(160.0, rel=REL)
     published = 264 / 1.4
     assert published == pytest.approx(188.57, abs=0.01)
-    for ii in intervals:
+    # the first exp loads the table; the chain's interval is the steady state after it
+    assert intervals[0] == pytest.approx(sc.table_load_ns + expected, rel=REL)
+    for ii in intervals[1:]:
         assert ii == pytest.approx(expected, rel=REL)
         assert abs(ii - published) <= 0.2 * published

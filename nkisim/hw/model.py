@@ -90,8 +90,9 @@ class EngineConfig(_Frozen):
     access_latency_cycles: int = Field(default=0, ge=0)
     #: Static overhead before an instruction that reads the result of the one just before it on this engine.
     dependent_overhead_cycles: int = Field(default=0, ge=0)
-    #: Scalar: loading another activation function's table.
-    table_switch_cycles: int = Field(default=0, ge=0)
+    #: Scalar: loading an activation function's table (ACT_TABLE_LOAD), before the first
+    #: activation that needs one and whenever the function needs another.
+    table_load_ns: float = Field(default=0.0, ge=0)
     #: Fastest performance mode (elements per lane per cycle) for 16-bit SBUF-to-SBUF streams; 1 = none.
     perf_mode_max: int = Field(default=1, ge=1)
 
@@ -160,6 +161,24 @@ class SyncConfig(_Frozen):
     semaphore_latency_ns: float = Field(ge=0)
     #: A semaphore update sent to the other core of an LNC=2 pair (``core_barrier``).
     remote_semaphore_latency_ns: float = Field(ge=0)
+
+
+class LaunchConfig(_Frozen):
+    """What a NEFF execution costs around the kernel's own instructions.
+
+    A device profile of one execution (neuron-profile's timeline, the runtime's cycle count of
+    the graph) starts ``startup_ns`` before the kernel's first instruction and ends
+    ``teardown_ns`` after its last: "every NEFF execution involves certain start-up and
+    tear-down overhead" (NKI fused Mamba tutorial). The kernel timeline leaves them out.
+    """
+
+    startup_ns: float = Field(ge=0)
+    teardown_ns: float = Field(ge=0)
+
+    @property
+    def overhead_ns(self) -> float:
+        """Start-up plus tear-down."""
+        return self.startup_ns + self.teardown_ns
 
 
 class SequencerConfig(_Frozen):
@@ -281,6 +300,7 @@ class HwConfig(_Frozen):
     hbm: HbmConfig
     dma: DmaConfig
     sync: SyncConfig
+    launch: LaunchConfig
     tensor: TensorEngineConfig
     vector: EngineConfig
     scalar: EngineConfig

@@ -155,6 +155,16 @@ class Profile:
         return float(self._tl.column("end_ns").max()) if len(self._tl) else 0.0
 
     @property
+    def launch_overhead_ns(self) -> float:
+        """The NEFF execution's start-up and tear-down around the kernel (``hw.launch``), not in ``total_ns``."""
+        return self.hw.launch.overhead_ns
+
+    @property
+    def device_ns(self) -> float:
+        """``total_ns`` plus the launch overhead: the execution time a device profile of one run reports."""
+        return self.total_ns + self.launch_overhead_ns
+
+    @property
     def total_cycles(self) -> int:
         """``total_ns`` in cycles of the target's reference clock."""
         return round(self.total_ns * self.reference_clock_ghz)

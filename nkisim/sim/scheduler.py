@@ -9,7 +9,8 @@
 * The Tensor Engine loads a new stationary tile (LoadStationary) in the background,
   overlapping the previous matmul; a matmul that reuses the last stationary tile
   needs no load.
-* The Scalar Engine pays a table switch when the activation function changes.
+* The Scalar Engine loads an activation table before the first activation that needs one
+  and whenever the function changes.
 * On NeuronCore-v2, Vector and GpSimd share one SBUF port and Vector and Scalar one
   PSUM port: instructions on such a pair never overlap on that memory.
 * DMAs go to one of the core's DMA queues (the one free earliest), in order within a
@@ -240,8 +241,7 @@ class Scheduler:
         if engine is Engine.tensor:  # a transpose or another load replaces the stationary tile
             self._stationary = key
         if engine is Engine.scalar and cost.table is not None and cost.table != self._table:
-            if self._table is not None:
-                busy += self.hw.scalar.table_switch_cycles / self.hw.scalar.clock_ghz
+            busy += self.hw.scalar.table_load_ns  # no table is loaded when the kernel starts
             self._table = cost.table
         engine_ports = self._ports[engine._value_]
         if engine_ports:

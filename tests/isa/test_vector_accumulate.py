@@ -550,7 +550,9 @@ def test_costs_follow_the_published_formulas(target, n):
     dur, eng = each(
         lambda: nisa.activation_reduce(tile((p, n)), nl.exp, tile((p, n)), nl.add, tile((p, 1))), "activation_reduce"
     )
-    assert eng == "Scalar" and dur == pytest.approx((max(s.min_ii_cycles, n) + s.min_ii_cycles) / s.clock_ghz)
+    # the kernel's first exp loads its activation table first
+    exp_cycles = max(s.min_ii_cycles, n) + s.min_ii_cycles
+    assert eng == "Scalar" and dur == pytest.approx(s.table_load_ns + exp_cycles / s.clock_ghz)
     dur, eng = each(lambda: nisa.tensor_partition_reduce(tile((1, n)), nl.add, tile((p, n))), "tensor_partition_reduce")
     assert eng == "GpSimd" and dur == pytest.approx((g.startup_cycles + 2 * n) / g.clock_ghz)
 
