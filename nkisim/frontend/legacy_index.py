@@ -309,10 +309,16 @@ def index_arrays(tensor: Tensor, key: Any) -> list[np.ndarray]:
     return [np.broadcast_to(a, shape) for a in arrays]
 
 
+def _compact(a: np.ndarray) -> np.ndarray:
+    """``a`` without the axes it is only broadcast along (kept with size 1): the same values, once each."""
+    return a[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in a.strides)]
+
+
 def out_of_bounds(tensor: Tensor, arrays: list[np.ndarray]) -> str | None:
     """Why ``arrays`` reach outside ``tensor``, or None."""
-    for dim, a in enumerate(arrays):
-        if a.size and (a.min() < 0 or a.max() >= tensor.shape[dim]):
+    for dim, full in enumerate(arrays):
+        a = _compact(full)
+        if full.size and (a.min() < 0 or a.max() >= tensor.shape[dim]):
             span = f"{int(a.min())}..{int(a.max())}"
             return f"index {span} is out of bounds for dim {dim} of size {tensor.shape[dim]} of {tensor!r}"
     return None
@@ -339,12 +345,27 @@ def affine_fit(values: np.ndarray) -> tuple[int, list[int]] | None:
     return (origin, steps) if np.array_equal(rebuilt, values) else None
 
 
+def _sum_of_fits(arrays: list[np.ndarray], scales: list[int], ndim: int) -> tuple[int, list[int]] | None:
+    """The affine fit of ``sum(scale * array)`` from each array's own fit (on its compact form), or None
+    when an array is not affine by itself."""
+    offset, steps = 0, [0] * ndim
+    for a, scale in zip(arrays, scales):
+        fit = affine_fit(_compact(a))
+        if fit is None:
+            return None
+        offset += scale * fit[0]
+        steps = [total + scale * step for total, step in zip(steps, fit[1])]
+    return offset, steps
+
+
 def strided_view(tensor: Tensor, arrays: list[np.ndarray]) -> Tensor:
     """The view of ``tensor`` the in-bounds index ``arrays`` select (its element offsets must be affine)."""
     shape = arrays[0].shape if arrays else ()
     strides = tensor.array.strides
-    offsets = sum((a * (s // tensor.itemsize) for a, s in zip(arrays, strides)), np.zeros(shape, dtype=np.int64))
-    fit = affine_fit(np.asarray(offsets))
+    fit = _sum_of_fits(arrays, [s // tensor.itemsize for s in strides], len(shape))
+    if fit is None:  # a part is not affine on its own; their sum may still be
+        offsets = sum((a * (s // tensor.itemsize) for a, s in zip(arrays, strides)), np.zeros(shape, dtype=np.int64))
+        fit = affine_fit(np.asarray(offsets))
     if fit is None:
         raise OperandError(f"the index expressions on {tensor!r} are not affine in the result's axes")
     if 0 in shape:

@@ -235,6 +235,10 @@ class LoopTracker:
         return shadow
 
 
+#: Bytes of a partition per bucket of :class:`_Shadow`'s box index.
+BUCKET_BYTES = 1024
+
+
 class _Shadow:
     """Which event last touched each byte of one storage, inside the running loop nest.
 
@@ -243,16 +247,41 @@ class _Shadow:
     does not (a strided one) switches the storage to a per-byte array of events, exact for
     any view. Dynamic views count as their whole region.
 
-    The boxes are a list of ``(r0, r1, b0, b1, event)`` tuples: a loop nest touches a few
-    boxes of each storage, and plain Python over a few tuples is faster than numpy over them.
+    The boxes are ``(r0, r1, b0, b1, event)`` tuples by number, and each number is listed in
+    the buckets of :data:`BUCKET_BYTES` bytes its box spans: an access looks only at the boxes
+    of the buckets it spans, however many tiles the loop nest has touched.
     """
 
-    __slots__ = ("boxes", "per_byte", "storage")
+    __slots__ = ("boxes", "buckets", "next_box", "per_byte", "storage")
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        self.boxes: list[tuple[int, int, int, int, int]] = []
+        self.boxes: dict[int, tuple[int, int, int, int, int]] = {}
+        self.buckets: dict[int, set[int]] = {}
+        self.next_box = 0
         self.per_byte: np.ndarray | None = None
+
+    def _overlapping(self, r0: int, r1: int, b0: int, b1: int) -> list[int]:
+        """The numbers of the boxes that meet the rectangle, in the order they were made."""
+        buckets = self.buckets
+        near: set[int] = set()
+        for bucket in range(b0 // BUCKET_BYTES, (b1 - 1) // BUCKET_BYTES + 1):
+            near.update(buckets.get(bucket, ()))
+        boxes = self.boxes
+        return sorted(n for n in near if (box := boxes[n])[0] < r1 and r0 < box[1] and box[2] < b1 and b0 < box[3])
+
+    def _add(self, box: tuple[int, int, int, int, int]) -> None:
+        number = self.next_box
+        self.next_box += 1
+        self.boxes[number] = box
+        for bucket in range(box[2] // BUCKET_BYTES, (box[3] - 1) // BUCKET_BYTES + 1):
+            self.buckets.setdefault(bucket, set()).add(number)
+
+    def _remove(self, number: int) -> tuple[int, int, int, int, int]:
+        box = self.boxes.pop(number)
+        for bucket in range(box[2] // BUCKET_BYTES, (box[3] - 1) // BUCKET_BYTES + 1):
+            self.buckets[bucket].discard(number)
+        return box
 
     def events(self, t: Tensor) -> list[int]:
         """The events (non-zero, earliest first) of the bytes ``t`` touches."""
@@ -270,8 +299,9 @@ class _Shadow:
         if not self.boxes:
             return []
         r = t.region
-        r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
-        return sorted({box[4] for box in self.boxes if box[0] < r1 and r0 < box[1] and box[2] < b1 and b0 < box[3]})
+        if r.r0 >= r.r1 or r.b0 >= r.b1:
+            return []
+        return sorted({self.boxes[n][4] for n in self._overlapping(r.r0, r.r1, r.b0, r.b1)})
 
     def stamp(self, t: Tensor, event: int) -> None:
         """``t``'s bytes were last touched by ``event``."""
@@ -284,30 +314,19 @@ class _Shadow:
         r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
         if r0 >= r1 or b0 >= b1:
             return
-        boxes = self.boxes
-        hits = [i for i, box in enumerate(boxes) if box[0] < r1 and r0 < box[1] and box[2] < b1 and b0 < box[3]]
-        if not hits:
-            boxes.append((r0, r1, b0, b1, event))
+        hits = self._overlapping(r0, r1, b0, b1)
+        if len(hits) == 1 and self.boxes[hits[0]][:4] == (r0, r1, b0, b1):
+            # the same bytes again (a tile reused, or a new one at its address)
+            self.boxes[hits[0]] = (r0, r1, b0, b1, event)
             return
-        if len(hits) == 1 and boxes[hits[0]][:4] == (r0, r1, b0, b1):
-            boxes[hits[0]] = (
-                r0,
-                r1,
-                b0,
-                b1,
-                event,
-            )  # the same bytes again (a tile reused, or a new one at its address)
-            return
-        hit = set(hits)
-        kept = [box for i, box in enumerate(boxes) if i not in hit]
-        for i in hits:
-            kept.extend(_minus(boxes[i], r))
-        kept.append((r0, r1, b0, b1, event))
-        self.boxes = kept
+        for number in hits:
+            for part in _minus(self._remove(number), r):
+                self._add(part)
+        self._add((r0, r1, b0, b1, event))
 
     def _to_per_byte(self) -> None:
         self.per_byte = np.zeros(self.storage.bytes.shape, dtype=np.int32)
-        for r0, r1, b0, b1, event in self.boxes:
+        for r0, r1, b0, b1, event in self.boxes.values():
             self.per_byte[r0:r1, b0:b1] = event
 
 
