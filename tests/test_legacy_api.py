@@ -228,6 +228,26 @@ def test_benchmark_on_typing_annotations_simulates_shapes_alone():
     assert k.benchmark_result.nc_latency.get_latency_percentile(99) == pytest.approx(expected)
 
 
+@nki.jit
+def _scaled_add(a, b):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), nl.multiply(nl.load(b), 2.0)))
+    return out
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_a_legacy_kernel_takes_and_gives_framework_arrays(framework):
+    lib = pytest.importorskip(framework)
+    a, b = rand(128, 64), rand(128, 64)
+    if framework == "jax":
+        out = _scaled_add(lib.numpy.asarray(a), lib.numpy.asarray(b))
+        assert isinstance(out, lib.Array)
+    else:
+        out = _scaled_add(lib.from_numpy(a), lib.from_numpy(b))
+        assert isinstance(out, lib.Tensor)
+    np.testing.assert_allclose(np.asarray(out), a + 2.0 * b, rtol=1e-6)
+
+
 def test_unsupported_function_says_why():
     @nki.jit
     def k(a):

@@ -340,6 +340,15 @@ def test_var_is_population_variance(case, dtype, seed):
     assert_same(out, expected.astype(np.float32), rtol=1e-5)
 
 
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_a_reduction_over_axes_apart_reads_them_last(keepdims):
+    # average pooling: [C, H/2, 2, W/2, 2] reduced over the two window axes, 2 and 4
+    x = values(np.random.default_rng(4), (16, 3, 2, 5, 2), FP32)
+    out, ops = run_helper(lambda a: nl.sum(a, axis=[4, 2], keepdims=keepdims), [x])
+    assert ops == ["tensor_reduce"]
+    assert_same(out, x.astype(np.float64).sum(axis=(2, 4), keepdims=keepdims).astype(np.float32), rtol=1e-6)
+
+
 def test_reduction_result_dtype_and_bad_axes():
     x = values(np.random.default_rng(9), (8, 6), BF16)
     out, _ = run_helper(lambda a: nl.sum(a, axis=1, dtype=nl.float32), [x])

@@ -29,6 +29,7 @@ from nkisim.errors import CapacityError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.annotations import TensorAnnotation
 from nkisim.frontend.blas import single_threaded_blas
 from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, leave
+from nkisim.frontend.frameworks import framework_of, from_numpy, to_numpy
 from nkisim.frontend.jit import ArraySpec, _kernel_loc, _target, _to_hbm, _with_compiler_liveness, default_check, run
 from nkisim.frontend.legacy_tile import as_tile
 from nkisim.frontend.validate import collect, translate
@@ -161,9 +162,16 @@ class LegacyKernel:
         return launched
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the kernel; torch tensors and JAX arrays are taken as numpy and the outputs given back as theirs
+        (eagerly: the call is not traced into a JAX or torch graph)."""
         if is_running():
             return self.func(*args, **kwargs)
-        return run_legacy(self, args, kwargs).outputs
+        framework = framework_of((*args, *kwargs.values()))
+        if framework == "numpy":
+            return run_legacy(self, args, kwargs).outputs
+        args = tuple(to_numpy(a, framework) for a in args)
+        kwargs = {k: to_numpy(v, framework) for k, v in kwargs.items()}
+        return from_numpy(run_legacy(self, args, kwargs).outputs, framework)
 
     def __repr__(self) -> str:
         return f"<neuronxcc.nki kernel {self.func.__qualname__}{list(parse_grid(self.grid)[0]) if self.grid else ''}>"

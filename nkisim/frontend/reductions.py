@@ -41,6 +41,13 @@ def _reduced_shape(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[in
 
 
 def _reduce(call: HelperCall, op: Op, x: Tensor, axes: tuple[int, ...], dtype: np.dtype, keepdims: bool) -> Tensor:
+    if list(axes) != list(range(axes[0], axes[0] + len(axes))) and not x.is_dynamic:
+        # axes apart (such as [2, 4] of a pooling window): the access pattern lists them last, as the compiler
+        # reorders it; the instruction then reduces its trailing axes
+        kept = [a for a in range(x.ndim) if a not in axes]
+        moved = Tensor(x.array.transpose((*kept, *axes)), x.dtype, x.buffer, x.name, x.storage, x._base or x)
+        reduced = _reduce(call, op, moved, tuple(range(len(kept), x.ndim)), dtype, keepdims=False)
+        return reduced.reshape(_reduced_shape(x, axes, keepdims)) if keepdims else reduced
     dst = call.tile(_reduced_shape(x, axes, keepdims), dtype)
     call.emit("tensor_reduce", dst=dst, op=op, data=x, axis=axes, keepdims=keepdims)
     return dst
