@@ -265,3 +265,45 @@ def test_pytest_plugin_refuses_with_a_real_nki(pytester, fake_real_nki):
     result = pytester.runpytest("-p", "nkisim.compat.pytest_plugin", "--nki-alias", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--nki-alias: refusing to alias nki to nkisim*"])
+
+
+TORCH_SAMPLE = """\
+import torch
+import torch_neuronx
+from torch_xla.core import xla_model as xm
+import neuronxcc.nki.language as nl
+
+
+@torch_neuronx.nki_jit
+def add_rows(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), nl.load(b)))
+    return out
+
+
+def run(a, b):
+    device = xm.xla_device()
+    result = add_rows(torch.from_numpy(a).to(device), torch.from_numpy(b).to(device))
+    xm.mark_step()
+    return device, result
+"""
+
+
+def test_torch_samples_run_on_the_cpu_stand_in_for_the_xla_device(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if importlib.util.find_spec("torch_xla") is not None or importlib.util.find_spec("torch_neuronx") is not None:
+        pytest.skip("a real torch_xla or torch_neuronx is installed: the alias leaves it alone")
+    (tmp_path / "torch_sample.py").write_text(TORCH_SAMPLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    b = np.full((128, 8), 0.5, np.float32)
+    nkisim.install_nki_alias()
+    try:
+        sample = importlib.import_module("torch_sample")
+        device, result = sample.run(a, b)
+        assert device == torch.device("cpu") and isinstance(result, torch.Tensor)
+        np.testing.assert_array_equal(result.numpy(), a + b)
+    finally:
+        nkisim.uninstall_nki_alias()
+        sys.modules.pop("torch_sample", None)
+    assert not any(name == "torch_neuronx" or name.startswith("torch_xla") for name in sys.modules)

@@ -42,8 +42,16 @@ LEGACY_ALIASES: dict[str, str] = {
     "neuronxcc.nki.typing": "nkisim.nki.legacy.typing",
     "neuronxcc.nki.compiler": "nkisim.nki.legacy.compiler",
 }
+#: Stand-ins for the XLA device packages the SDK's PyTorch samples import, aliased only when the real ones are
+#: not importable (docs/legacy-api.md).
+DEVICE_ALIASES: dict[str, str] = {
+    "torch_xla.core.xla_model": "nkisim.compat.xla_cpu",
+    "torch_neuronx": "nkisim.compat.xla_cpu",
+}
 #: Aliased modules made here rather than imported: NKI's enum module and type annotations.
-_SYNTHETIC = ("nki.isa.constants", "nki.typing", "neuronxcc")
+_SYNTHETIC = ("nki.isa.constants", "nki.typing", "neuronxcc", "torch_xla", "torch_xla.core")
+#: The device stand-ins this installation provides (the packages that were not importable).
+_DEVICE_NAMES: frozenset[str] = frozenset()
 
 
 class NkiAliasError(ImportError):
@@ -73,11 +81,24 @@ class _NkiAliasFinder(importlib.abc.MetaPathFinder):
             module = importlib.import_module(ALIASES[fullname])
         elif fullname in LEGACY_ALIASES:
             module = importlib.import_module(LEGACY_ALIASES[fullname])
-        elif fullname in _SYNTHETIC:
+        elif fullname in _DEVICE_NAMES:
+            module = (
+                importlib.import_module(DEVICE_ALIASES[fullname])
+                if fullname in DEVICE_ALIASES
+                else _synthetic(fullname)
+            )
+        elif fullname in _SYNTHETIC and not fullname.startswith("torch_xla"):
             module = _synthetic(fullname)
         else:
             return None
-        is_package = hasattr(module, "__path__") or fullname in ("nki", "nki.isa", "neuronxcc", "neuronxcc.nki")
+        is_package = hasattr(module, "__path__") or fullname in (
+            "nki",
+            "nki.isa",
+            "neuronxcc",
+            "neuronxcc.nki",
+            "torch_xla",
+            "torch_xla.core",
+        )
         return importlib.util.spec_from_loader(fullname, _AliasLoader(module), is_package=is_package)
 
 
@@ -95,11 +116,15 @@ def install_nki_alias() -> None:
         NkiAliasError: if a real ``nki`` package is importable (the alias never shadows
             one), or a module named ``nki`` that is not nkisim's is already imported.
     """
-    global _FINDER
+    global _FINDER, _DEVICE_NAMES
     if _FINDER is not None:
         return
     for top in ("nki", "neuronxcc"):
         _refuse_real(top)
+    missing = {top for top in ("torch_xla", "torch_neuronx") if top not in sys.modules and not _importable(top)}
+    _DEVICE_NAMES = frozenset(
+        name for name in (*DEVICE_ALIASES, "torch_xla", "torch_xla.core") if name.split(".")[0] in missing
+    )
     _FINDER = _NkiAliasFinder()
     sys.meta_path.insert(0, _FINDER)
 
@@ -112,10 +137,10 @@ def uninstall_nki_alias() -> None:
     if _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
     _FINDER = None
-    ours = {*ALIASES.values(), *LEGACY_ALIASES.values()}
-    for name in (*ALIASES, *LEGACY_ALIASES, *_SYNTHETIC):
+    ours = {*ALIASES.values(), *LEGACY_ALIASES.values(), *DEVICE_ALIASES.values()}
+    for name in (*ALIASES, *LEGACY_ALIASES, *_SYNTHETIC, *DEVICE_ALIASES):
         module = sys.modules.get(name)
-        if module is not None and (module.__name__ in ours or name in _SYNTHETIC):
+        if module is not None and (module.__name__ in ours or module is _MADE.get(name)):
             del sys.modules[name]
 
 
@@ -150,10 +175,19 @@ def _where(module: types.ModuleType) -> str:
 _MADE: dict[str, types.ModuleType] = {}
 
 
+def _importable(top: str) -> bool:
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _synthetic(name: str) -> types.ModuleType:
     if name not in _MADE:
         module = types.ModuleType(name)
-        if name == "neuronxcc":
+        if name.startswith("torch_xla"):
+            module.__doc__ = "A stand-in for the XLA device package, as far as kernel samples use it (nkisim: the CPU)."
+        elif name == "neuronxcc":
             module.__doc__ = "The Neuron compiler package, as far as kernels import it: neuronxcc.nki (nkisim)."
         elif name == "nki.typing":
             module.__doc__ = "Type annotations for NKI kernel parameters (nkisim: accepted, not checked)."

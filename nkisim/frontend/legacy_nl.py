@@ -23,13 +23,13 @@ import numpy as np
 
 from nkisim.errors import KernelError, OperandError, ShapeError, user_location
 from nkisim.frontend import helpers as today
-from nkisim.frontend.context import current_context
+from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.helpers import CallableOp
 from nkisim.frontend.legacy_index import mask_box
 from nkisim.frontend.legacy_tile import OPERATORS, LegacyTile, PendingView, as_tile, empty_box, restrict
 from nkisim.frontend.lowering import FP32, HelperCall, is_scalar, scalar_value, to_sbuf
 from nkisim.isa.ops import OPS, Op
-from nkisim.memory import Buffer, Tensor
+from nkisim.memory import Buffer, Tensor, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
 
 BOOL = NKI_DTYPES["bool_"]
@@ -191,7 +191,10 @@ def load(src: Any, *, mask: Any = None, dtype: Any = None, **kwargs: Any) -> Leg
     """
     m = Masked("nl.load", mask)
     if m.box is None:
-        return as_tile(today.load(m(src), dtype=dtype))
+        view = m(src)
+        if isinstance(view, Tensor) and view.ndim == 1:  # A[0:128, i]: one value per partition, a [128, 1] tile
+            view = view.reshape((view.shape[0], 1))
+        return as_tile(today.load(view, dtype=dtype))
     call = HelperCall("load")
     full = _full_shape((src,)) or ()
     dst = as_tile(call.tile(full, call.dtype(dtype, src.dtype)))
@@ -322,8 +325,14 @@ def expand_dims(data: Any, axis: int) -> LegacyTile:
     return as_tile(today.expand_dims(data, axis))
 
 
-def static_cast(input_data: Any, dtype: Any) -> LegacyTile:
-    """``input_data`` cast to ``dtype`` in a new SBUF tile (tensor_copy)."""
+def static_cast(input_data: Any, dtype: Any) -> Any:
+    """``input_data`` cast to ``dtype`` in a new SBUF tile (tensor_copy).
+
+    Outside a kernel, on a numpy array (as the SDK's attention sample prepares its inputs), the
+    array cast to ``dtype``.
+    """
+    if isinstance(input_data, np.ndarray) and not is_running():
+        return input_data.astype(to_dtype(dtype))
     return as_tile(today.copy(input_data, dtype=dtype))
 
 
