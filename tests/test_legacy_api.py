@@ -271,3 +271,27 @@ def test_alias_maps_neuronxcc_and_nki_side_by_side():
     import sys
 
     assert "neuronxcc.nki" not in sys.modules
+
+
+@nki.jit
+def _scale_rows_by_column(x, a, j):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    column = nl.load(a[0 : x.shape[0], j])  # one value per partition
+    assert tuple(column.shape) == (x.shape[0], 1)
+    nl.store(out, nl.multiply(nl.load(x), column))
+    return out
+
+
+def test_a_column_load_is_a_partition_by_one_tile():
+    x, a = rand(128, 16), rand(128, 5)
+    np.testing.assert_allclose(_scale_rows_by_column(x, a, 3), x * a[:, 3:4], rtol=1e-6)
+
+
+def test_static_cast_of_a_host_array_outside_a_kernel_casts_it():
+    import ml_dtypes
+
+    values = np.array([[1.0, 1.00390625, -2.5]], dtype=np.float64)
+    cast = nl.static_cast(values, nl.bfloat16)
+    assert cast.dtype == ml_dtypes.bfloat16
+    # 1 + 2**-8 lies halfway between bfloat16's 1.0 and 1.0078125: it rounds to the even 1.0
+    np.testing.assert_array_equal(cast.astype(np.float64), [[1.0, 1.0, -2.5]])
