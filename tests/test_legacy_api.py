@@ -208,12 +208,14 @@ def test_simulate_kernel_writes_output_arguments_in_place():
     assert np.allclose(out, np.exp(a), rtol=1e-6)
 
 
-def test_benchmark_reports_the_simulated_latency():
+def test_benchmark_reports_the_simulated_latency(capsys):
     k = nki.benchmark(warmup=2, iters=5)(_nl_matmul.func)
     x, y = rand(128, 64), rand(128, 256)
     assert np.allclose(k(x, y), x.T @ y, rtol=1e-5)
     expected = run_legacy(_nl_matmul, (x, y), {}).total_ns / 1000.0
     assert k.benchmark_result.nc_latency.get_latency_percentile(50) == pytest.approx(expected)
+    printed = capsys.readouterr().out
+    assert "(simulated" in printed and f"p99 {expected:.2f} us" in printed
 
 
 def test_benchmark_on_typing_annotations_simulates_shapes_alone():
