@@ -170,7 +170,7 @@ class KernelContext:
         if entry is None or entry[1] != 0:
             return False
         tile = entry[0]()
-        if tile is None or not _whole(target, tile):
+        if tile is None or not same_bytes(target, tile):
             return False
         del self.lazy_fills[target.uid]
         return True
@@ -196,8 +196,8 @@ def _tensors(values: Any) -> Iterator[Tensor]:
             yield from _tensors(value)
 
 
-def _whole(view: Tensor, tile: Tensor) -> bool:
-    """True when ``view`` covers exactly the bytes of ``tile``, in its layout."""
+def same_bytes(view: Tensor, tile: Tensor) -> bool:
+    """True when ``view`` covers exactly the bytes of ``tile``, in its layout and dtype."""
     return (
         view.storage is tile.storage
         and view.byte_offset == tile.byte_offset

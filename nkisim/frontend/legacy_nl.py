@@ -23,7 +23,7 @@ import numpy as np
 
 from nkisim.errors import KernelError, OperandError, ShapeError, user_location
 from nkisim.frontend import helpers as today
-from nkisim.frontend.context import current_context, is_running
+from nkisim.frontend.context import current_context, is_running, same_bytes
 from nkisim.frontend.helpers import CallableOp
 from nkisim.frontend.legacy_index import mask_box
 from nkisim.frontend.legacy_tile import OPERATORS, LegacyTile, PendingView, as_tile, empty_box, restrict
@@ -371,7 +371,7 @@ def assign(target: Tensor, value: Any) -> None:
             held.arguments["accumulate"] = False
         call.ctx.flush_deferred()
         return
-    if _same_bytes(target, value):
+    if same_bytes(target, value):
         call.ctx.flush_deferred()
         return
     if target.shape != value.shape and target.size == value.size:
@@ -390,16 +390,6 @@ def _retargets(held: Any, target: Tensor, value: Tensor) -> bool:
     if held.opcode == "nc_matmul":
         return target.buffer is Buffer.psum
     return target.buffer is value.buffer and target.dtype == value.dtype
-
-
-def _same_bytes(a: Tensor, b: Tensor) -> bool:
-    return (
-        a.storage is b.storage
-        and a.byte_offset == b.byte_offset
-        and a.shape == b.shape
-        and a.array.strides == b.array.strides
-        and a.dtype == b.dtype
-    )
 
 
 def accumulate(target: Tensor, value: Any, op_name: str) -> None:
