@@ -60,14 +60,13 @@ def coords_view(ctx: Any, coords: Any) -> memoryview | None:
 
 def load_maker(vcode: int) -> Maker:
     """The closure maker of a vector load of type ``vcode``."""
-    out = VEC_OF[vcode]
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
         fast = t.ld_fast[vcode]
-        seq = t.seq
-        push, coords_push = seq.append, t.cb.extend
+        push, coords_push = t.seq.append, t.cb.extend
         cache = ctx._coords_ok
+        made, step = t.handles[vcode], next
 
         def load(
             coords: Any,
@@ -80,10 +79,9 @@ def load_maker(vcode: int) -> Maker:
             op = fast.get(tensor)
             if op is None or coords is not cache[0] or predicate is not True or polarity is not False:
                 return plain(ctx, coords, tensor, switches, income, predicate, polarity)
-            n = len(seq)
             push(op)
             coords_push(cache[1])
-            return out(n << 4 | vcode)
+            return step(made)
 
         return load
 
@@ -97,8 +95,7 @@ def store_maker(vcode: int) -> Maker:
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
         fast = t.st_fast[vcode]
-        seq = t.seq
-        push, x_push, coords_push = seq.append, t.xs.append, t.cb.extend
+        push, x_push, coords_push = t.seq.append, t.xs.append, t.cb.extend
         cache = ctx._coords_ok
 
         def store(
@@ -125,13 +122,13 @@ def store_maker(vcode: int) -> Maker:
 
 def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker:
     """The closure maker of an unpredicated binary op on two vectors, or a vector and a Python float or int."""
-    vec, out = VEC_OF[vcode], VEC_OF[ocode]
+    vec = VEC_OF[vcode]
     scalars = (float, int) if op_vs is not None else ()
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
-        seq = t.seq
-        push, x_push, f_push = seq.append, t.xs.append, t.fs.append
+        push, x_push, f_push = t.seq.append, t.xs.append, t.fs.append
+        made, step = t.handles[ocode], next
 
         def binary(
             a: Any, b: Any, switches: int = 0, income: Any = None, predicate: Any = True, polarity: Any = False
@@ -139,17 +136,15 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
             if type(a) is vec and switches == 0 and predicate is True and polarity is False:
                 tb = type(b)
                 if tb is vec:
-                    n = len(seq)
                     push(op_vv)
                     x_push(a)
                     x_push(b)
-                    return out(n << 4 | ocode)
+                    return step(made)
                 if tb in scalars:
-                    n = len(seq)
                     push(op_vs)
                     x_push(a)
                     f_push(b)
-                    return out(n << 4 | ocode)
+                    return step(made)
             return plain(ctx, a, b, switches, income, predicate, polarity)
 
         return binary
@@ -163,15 +158,14 @@ def unary_maker(vcode: int, op: int) -> Maker:
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
-        seq = t.seq
-        push, x_push = seq.append, t.xs.append
+        push, x_push = t.seq.append, t.xs.append
+        made, step = t.handles[vcode], next
 
         def macro(x: Any) -> Vec:
             if type(x) is vec and ctx.lookup_at is not None:
-                n = len(seq)
                 push(op)
                 x_push(x)
-                return vec(n << 4 | vcode)
+                return step(made)
             return plain(ctx, x)
 
         return macro

@@ -44,6 +44,8 @@ class Op:
         alias: the value is operand 0's bits and its micro-op is operand 0's (a cast, no instruction).
         access: ``(tensor, lanes, is_store)`` for a tensor load or store.
         layout: where the entries' operands are recorded (``L_ROWS``, ``L_VV``, ...).
+        refs: operand positions holding vector handles besides the key's vector operands (the
+            stored value of an op without a value of its own); the other positions hold entries.
     """
 
     key: tuple[Any, ...] | None
@@ -51,6 +53,7 @@ class Op:
     alias: bool = False
     access: tuple[int, int, bool] | None = None
     layout: int = L_ROWS
+    refs: tuple[int, ...] = ()
 
 
 #: Every opcode's meaning, by opcode.
@@ -72,6 +75,16 @@ def value_positions(key: tuple[Any, ...] | None) -> tuple[int, ...]:
     return () if key is None else tuple(p for p, k in enumerate(key[1]) if k >= 0)
 
 
+def operand_roles(op: Op) -> list[str]:
+    """Each recorded operand position of ``op``: ``scalar``, ``handle`` (a vector) or ``entry`` (a dependency)."""
+    pattern = op.key[1] if op.key is not None else ()
+    roles = ["handle" if k >= 0 else "scalar" for k in pattern]
+    roles += ["entry"] * (MAX_OPERANDS - len(roles))
+    for p in op.refs:
+        roles[p] = "handle"
+    return roles
+
+
 class Tables:
     """The opcode table as arrays for the compiled passes (rebuilt when opcodes are added).
 
@@ -81,6 +94,7 @@ class Tables:
         alias: opcodes that are bit casts.
         valmask: ``[opcode, position]``: the operand is a vector value (its depth counts).
         has_value: the opcode makes a value.
+        out: the type code of the value it makes (-1: none).
         access: ``[opcode] -> (tensor, lanes, is_store)`` or ``(-1, 0, 0)``.
         layout: each opcode's operand layout.
     """
@@ -94,6 +108,7 @@ class Tables:
         self.alias = np.zeros(n, dtype=np.bool_)
         self.valmask = np.zeros((n, MAX_OPERANDS), dtype=np.bool_)
         self.has_value = np.zeros(n, dtype=np.bool_)
+        self.out = np.array([-1 if op.key is None else op.key[3] for op in OPS], dtype=np.int64)
         self.access = np.full((n, 3), -1, dtype=np.int64)
         self.layout = np.array([op.layout for op in OPS], dtype=np.int64)
         for i, op in enumerate(OPS):
@@ -132,14 +147,16 @@ def decode(
     layout: np.ndarray,
     valmask: np.ndarray,
     xs: np.ndarray,
+    vent: np.ndarray,
     start: int,
     fbase: int,
     cbase: int,
 ) -> int:  # pragma: no cover
     """Operands of the column-recorded entries ``start..``, and every new entry's dataflow depth.
 
-    ``xs`` is the vector-handle column recorded since ``start`` (``node << 4 | type code``); the
-    float scalars and the coordinates of the new entries are numbered from ``fbase`` and ``cbase``.
+    ``xs`` is the vector-handle column recorded since ``start`` (``k << 4 | type code``: the entry
+    ``vent[type code, k]``); the float scalars and the coordinates of the new entries are numbered
+    from ``fbase`` and ``cbase``.
     Fills ``src`` (operand entries), ``fidx`` (float scalar index), ``crow`` (coordinate row) and
     ``level``: 1 + the deepest vector operand not evaluated yet (>= ``start``). Returns the number
     of accesses decoded.
@@ -151,10 +168,12 @@ def decode(
         op = ops[n]
         lay = layout[op]
         if lay == 1 or lay == 2 or lay == 3 or lay == 5:
-            src[n, 0] = xs[xi] >> 4
+            h = xs[xi]
+            src[n, 0] = vent[h & 15, h >> 4]
             xi += 1
             if lay == 1:
-                src[n, 1] = xs[xi] >> 4
+                h = xs[xi]
+                src[n, 1] = vent[h & 15, h >> 4]
                 xi += 1
             elif lay == 2:
                 fidx[n] = fi
@@ -169,6 +188,18 @@ def decode(
                 lv = level[s] + 1
         level[n] = lv
     return ci - cbase
+
+
+@numba.njit(cache=True)
+def number_values(
+    ops: np.ndarray, start: int, out: np.ndarray, vent: np.ndarray, nval: np.ndarray
+) -> None:  # pragma: no cover
+    """Number the values of the entries ``start..``: the ``k``-th of type ``c`` is entry ``vent[c, k]``."""
+    for n in range(start, ops.shape[0]):
+        c = out[ops[n]]
+        if c >= 0:
+            vent[c, nval[c]] = n
+            nval[c] += 1
 
 
 @numba.njit(cache=True)
@@ -220,9 +251,41 @@ def row_base(
 
 
 @numba.njit(cache=True)
+def progression(
+    coords: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+) -> tuple[bool, int, int]:  # pragma: no cover
+    """Whether every access lies wholly inside the tensor at flat offset ``first + i * step``: (that, first, step)."""
+    first = 0
+    step = 0
+    for i in range(coords.shape[0]):
+        inside, base = row_base(coords, i, sizes, strides)
+        d0 = coords[i, 0]
+        if not inside or d0 < 0 or d0 + lanes > sizes[0]:
+            return False, 0, 0
+        b = base + d0
+        if i == 0:
+            first = b
+        elif i == 1:
+            step = b - first
+        elif b != first + i * step:
+            return False, 0, 0
+    return True, first, step
+
+
+@numba.njit(cache=True)
+def row_step(group: np.ndarray, row: np.ndarray) -> tuple[bool, int]:  # pragma: no cover
+    """Whether all ``group`` are the first one's and ``row`` steps evenly: (that, the step)."""
+    n = group.shape[0]
+    step = row[1] - row[0] if n > 1 else 1
+    for i in range(1, n):
+        if group[i] != group[0] or row[i] != row[0] + i * step:
+            return False, 0
+    return True, step
+
+
+@numba.njit(cache=True)
 def gather(
-    values: np.ndarray,
-    ids: np.ndarray,
+    out: np.ndarray,
     coords: np.ndarray,
     flat: np.ndarray,
     sizes: np.ndarray,
@@ -230,45 +293,42 @@ def gather(
     lanes: int,
     pad: np.ndarray,
 ) -> None:  # pragma: no cover
-    """Vector loads: ``values[ids[i], :lanes]`` from ``flat`` at ``coords[i]``; out-of-bounds lanes get ``pad[0]``."""
-    for i in range(ids.shape[0]):
-        row = ids[i]
+    """Vector loads: ``out[i, :lanes]`` from ``flat`` at ``coords[i]``; out-of-bounds lanes get ``pad[0]``."""
+    for i in range(out.shape[0]):
         inside, base = row_base(coords, i, sizes, strides)
         d0 = coords[i, 0]
         if inside and d0 >= 0 and d0 + lanes <= sizes[0]:
             for j in range(lanes):
-                values[row, j] = flat[base + d0 + j]
+                out[i, j] = flat[base + d0 + j]
         else:
             for j in range(lanes):
                 e = d0 + j
-                values[row, j] = flat[base + e] if inside and e >= 0 and e < sizes[0] else pad[0]
+                out[i, j] = flat[base + e] if inside and e >= 0 and e < sizes[0] else pad[0]
 
 
 @numba.njit(cache=True)
 def scatter(
     values: np.ndarray,
-    ids: np.ndarray,
     coords: np.ndarray,
     flat: np.ndarray,
     sizes: np.ndarray,
     strides: np.ndarray,
     lanes: int,
 ) -> None:  # pragma: no cover
-    """Vector stores in order: ``values[ids[i], :lanes]`` to ``flat`` at ``coords[i]``, out-of-bounds lanes culled."""
-    for i in range(ids.shape[0]):
-        row = ids[i]
+    """Vector stores in order: ``values[i, :lanes]`` to ``flat`` at ``coords[i]``, out-of-bounds lanes culled."""
+    for i in range(values.shape[0]):
         inside, base = row_base(coords, i, sizes, strides)
         if not inside:
             continue
         d0 = coords[i, 0]
         if d0 >= 0 and d0 + lanes <= sizes[0]:
             for j in range(lanes):
-                flat[base + d0 + j] = values[row, j]
+                flat[base + d0 + j] = values[i, j]
             continue
         for j in range(lanes):
             e = d0 + j
             if e >= 0 and e < sizes[0]:
-                flat[base + e] = values[row, j]
+                flat[base + e] = values[i, j]
 
 
 @numba.njit(cache=True)
@@ -344,23 +404,3 @@ def expand(
             u += 1
         entry_uop[n] = u - 1 if counts[op] else -1
     return slot, cls, srcs, kinds, mem, tensor, nsrc, n_mem
-
-
-@numba.njit(cache=True)
-def take_rows(values: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:  # pragma: no cover
-    """``values[ids, :width]`` as a new contiguous array (rows of 64-bit words)."""
-    out = np.empty((ids.shape[0], width), dtype=values.dtype)
-    for i in range(ids.shape[0]):
-        row = ids[i]
-        for j in range(width):
-            out[i, j] = values[row, j]
-    return out
-
-
-@numba.njit(cache=True)
-def put_rows(values: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:  # pragma: no cover
-    """``values[ids, :rows.shape[1]] = rows`` (rows of 64-bit words)."""
-    for i in range(ids.shape[0]):
-        row = ids[i]
-        for j in range(rows.shape[1]):
-            values[row, j] = rows[i, j]

@@ -18,7 +18,7 @@ import functools
 import itertools
 from array import array
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,17 +40,20 @@ from nkisim.tpc.tape import (  # noqa: F401 (M_*: the memory kinds, used from he
     MAX_OPERANDS,
     OPS,
     Op,
+    Tables,
     bucket,
     decode,
     expand,
     gather,
+    number_values,
     opcode,
-    put_rows,
+    operand_roles,
+    progression,
+    row_step,
     scatter,
     tables,
-    take_rows,
 )
-from nkisim.tpc.types import BY_CODE, VECTOR_BYTES, Vec, VType
+from nkisim.tpc.types import BY_CODE, Vec, VType, handles
 
 #: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
 Semantics = Callable[[list[np.ndarray], tuple[Any, ...]], np.ndarray]
@@ -152,6 +155,14 @@ def tensor_opcode(vt: VType, tensor: int, store: bool) -> int:
     return opcode(Op(key, (uop,), access=(tensor, vt.lanes, False), layout=L_LD))
 
 
+class _Handles(dict):  # type: ignore[type-arg]
+    """Per type code, the iterator of a trace's handles (made on first use)."""
+
+    def __missing__(self, code: int) -> Iterator[Vec]:
+        found = self[code] = handles(code)
+        return found
+
+
 class Trace:
     """The tape of one run (all members): entries, their operands, values, and the tensor access log.
 
@@ -161,6 +172,8 @@ class Trace:
         xs: the vector handles of the column-recorded entries not evaluated yet, in entry order.
         fs: their float scalars (``L_VS``).
         cb: the int5 coordinates of the tensor accesses not evaluated yet (int32 bytes, 5 per access).
+        handles: per type code, the iterator of the handles of that type's values, in entry order
+            (``next(handles[code])`` is the handle of an entry just recorded).
         locating: this trace re-runs one member to find the kernel lines of its tensor accesses;
             only then are ``codes`` and ``lastis`` (the calling code object and byte offset of each
             access) recorded, and every intrinsic takes its full (checking, recording) path.
@@ -179,6 +192,7 @@ class Trace:
         self.xs: list[int] = []
         self.fs: list[float] = []
         self.cb = bytearray()
+        self.handles: dict[int, Iterator[Vec]] = _Handles()
         self.codes: list[Any] = []
         self.lastis: list[int] = []
         self.dirty: set[int] = set()
@@ -193,7 +207,12 @@ class Trace:
         self._level = np.zeros(cap, dtype=np.int64)
         self._fidx = np.zeros(cap, dtype=np.int64)
         self._crow = np.zeros(cap, dtype=np.int64)
-        self._values = np.zeros((cap, VECTOR_BYTES), dtype=np.uint8)
+        self._group = np.zeros(cap, dtype=np.int64)  # the group holding each entry's value, and its row there
+        self._row = np.zeros(cap, dtype=np.int64)
+        self._vent = np.zeros((_CODES, cap), dtype=np.int64)  # [type code, k]: the entry of value k
+        self._nval = np.zeros(_CODES, dtype=np.int64)
+        self._values: list[np.ndarray] = []  # per group, its values (rows = entries)
+        self._views: dict[int, list[int]] = {}  # tensor -> groups whose values may view it
         self._fvals = np.zeros(0, dtype=np.float64)  # the float scalars (the first _nf)
         self._coords = np.zeros((0, 5), dtype=np.int64)  # the accesses' coordinates (the first _nc)
         self._nf = self._nc = 0
@@ -207,6 +226,11 @@ class Trace:
         self.seq.append(op)
         self.rows[op].append((n, *operands))
         return n
+
+    def value_entry(self, op: int, operands: tuple[Any, ...], code: int) -> Vec:
+        """Append an ``L_ROWS`` entry that makes a value of type ``code``; returns its handle."""
+        self.entry(op, operands)
+        return next(self.handles[code])
 
     def mark_stored(self, tensor: int) -> None:
         """The running member stored to ``tensor``: loads of it evaluate first; its next stores are fast."""
@@ -222,24 +246,28 @@ class Trace:
 
     # -- evaluation ---------------------------------------------------------------------
 
-    def value(self, v: Vec) -> np.ndarray:
-        """The lanes of ``v`` (evaluating the trace so far)."""
-        if v.id >= self.base:
-            self.flush()
-        vt = v.vtype
-        return self._values[v.id, : vt.lanes * vt.dtype.itemsize].view(vt.dtype).copy()
-
     def _grow(self, end: int) -> None:
         cap = self._ops.shape[0]
         if end <= cap:
             return
         new = max(end, 2 * cap)
-        for name in ("_ops", "_src", "_level", "_fidx", "_crow", "_values"):
+        for name in ("_ops", "_src", "_level", "_fidx", "_crow", "_group", "_row"):
             old = getattr(self, name)
             shape = (new, *old.shape[1:])
             grown = np.full(shape, -1, dtype=old.dtype) if name == "_src" else np.empty(shape, dtype=old.dtype)
             grown[:cap] = old
             setattr(self, name, grown)
+
+    def _number_values(self, start: int, end: int, tab: Tables) -> None:
+        """Give the new entries' values their numbers per type (the handles' ``k``)."""
+        new = np.bincount(tab.out[self._ops[start:end]] + 1, minlength=_CODES + 1)[1:]
+        need = int((self._nval + new).max())
+        if need > self._vent.shape[1]:
+            grown = np.empty((_CODES, max(need, 2 * self._vent.shape[1])), dtype=np.int64)
+            for c in range(_CODES):
+                grown[c, : self._nval[c]] = self._vent[c, : self._nval[c]]
+            self._vent = grown
+        number_values(self._ops[:end], start, tab.out, self._vent, self._nval)
 
     def _columns(self) -> tuple[np.ndarray, int, int]:
         """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base)."""
@@ -257,36 +285,43 @@ class Trace:
             self._nc += new.shape[0]
         return xs, fbase, cbase
 
+    def _row_columns(self, tab: Tables) -> list[tuple[int, np.ndarray, list[Any]]]:
+        """The ``L_ROWS`` entries' operands into the operand table: per opcode, (opcode, entries, operand columns)."""
+        src = self._src
+        columns: list[tuple[int, np.ndarray, list[Any]]] = []
+        for op, rows in self.rows.items():
+            cols = list(zip(*rows))
+            ids = _ints(cols[0])
+            roles = operand_roles(OPS[op])
+            operands: list[Any] = []
+            for p, col in enumerate(cols[1:]):
+                if roles[p] == "scalar":
+                    operands.append(col)  # converted per group
+                    continue
+                entries = _ints(col)
+                if roles[p] == "handle":
+                    entries = self._vent[entries & 15, entries >> 4]
+                src[ids, p] = entries
+                operands.append(entries)
+            columns.append((op, ids, operands))
+        self.rows = defaultdict(list)
+        return columns
+
     def flush(self) -> None:
         """Evaluate every entry not evaluated yet, then apply its stores in program order."""
         start, end = self.base, len(self.seq)
         if end == start:
             return
         self._grow(end)
-        ops, src = self._ops, self._src
+        ops = self._ops
         ops[start:end] = _ints(self.seq[start:end])
         tab = tables()
-        columns: list[tuple[int, np.ndarray, list[Any]]] = []
-        for op, rows in self.rows.items():
-            cols = list(zip(*rows))
-            ids = _ints(cols[0])
-            key = OPS[op].key
-            pattern = key[1] if key is not None else ()
-            operands: list[Any] = []
-            for p, col in enumerate(cols[1:]):
-                if p < len(pattern) and pattern[p] < 0:
-                    operands.append(col)  # scalars, converted per group
-                    continue
-                entries = _ints(col)
-                if p < len(pattern):
-                    entries = entries >> 4  # Vec handles: node << 4 | type code
-                src[ids, p] = entries
-                operands.append(entries)
-            columns.append((op, ids, operands))
-        self.rows = defaultdict(list)
+        self._number_values(start, end, tab)
+        columns = self._row_columns(tab)
         xs, fbase, cbase = self._columns()
         level = self._level
-        decode(ops[:end], src, self._fidx, self._crow, level, tab.layout, tab.valmask, xs, start, fbase, cbase)
+        src, vent = self._src, self._vent
+        decode(ops[:end], src, self._fidx, self._crow, level, tab.layout, tab.valmask, xs, vent, start, fbase, cbase)
         groups: list[tuple[int, int, np.ndarray, list[Any]]] = []  # (level, opcode, entries, operand columns)
         for op, ids, operands in columns:
             if OPS[op].key is None:
@@ -350,11 +385,38 @@ class Trace:
         self.dirty.clear()
         self.forget_stores()
 
+    def _add_group(self, ids: np.ndarray, values: np.ndarray) -> None:
+        """``values`` (rows in the order of ``ids``) become the values of the entries ``ids``."""
+        g = len(self._values)
+        self._values.append(values)
+        self._group[ids] = g
+        self._row[ids] = np.arange(ids.shape[0])
+        for tensor in self._views:
+            if np.may_share_memory(values, self.tensors[tensor].data):
+                self._views[tensor].append(g)
+
+    def _gather(self, entries: np.ndarray, code: int) -> np.ndarray:
+        """The values of ``entries`` (of type ``code``) as rows: a view of their group's values when they can be."""
+        group, row = self._group[entries], self._row[entries]
+        same, step = row_step(group, row)
+        if same:
+            values = self._values[int(group[0])]
+            first, n = int(row[0]), entries.shape[0]
+            if step == 1 and first == 0 and n == values.shape[0]:
+                return values
+            if step >= 1:
+                return values[first : first + step * (n - 1) + 1 : step]
+            return values[row]
+        vt = BY_CODE[code]
+        out = np.empty((entries.shape[0], vt.lanes), dtype=vt.dtype)
+        for g in np.unique(group).tolist():
+            sel = group == g
+            out[sel] = self._values[g][row[sel]]
+        return out
+
     def _operand(self, column: Any, kind: int) -> np.ndarray:
         if kind >= 0:
-            vt = BY_CODE[kind]
-            words = vt.lanes * vt.dtype.itemsize // 8
-            return take_rows(self._values.view(np.uint64), np.asarray(column, dtype=np.int64), words).view(vt.dtype)
+            return self._gather(np.asarray(column, dtype=np.int64), kind)
         dtype = BY_CODE[SCALAR - kind].dtype
         values = np.array(column, dtype=np.float64 if dtype.kind in "fV" else np.int64)
         if dtype.kind in "iu":
@@ -370,33 +432,46 @@ class Trace:
         if vb is not None:
             result = np.where(args[-2] != vb, result, args[-1])
         out = BY_CODE[out_code]
-        if type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes):
-            rows = np.ascontiguousarray(result)
-        else:
+        if not (type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes)):
             rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
             rows[...] = result
-        put_rows(self._values.view(np.uint64), ids, rows.view(np.uint64))
+            result = rows
+        self._add_group(ids, result)
 
     def _load(self, ids: np.ndarray, tensor: int) -> None:
-        """The vector loads ``ids`` of ``tensor`` (one compiled gather)."""
+        """The loads ``ids`` of ``tensor``: a view of it if they step evenly inside it, else a compiled gather."""
         t = self.tensors[tensor]
-        flat = t.flat
+        flat, lanes, n = t.flat, t.vtype.lanes, ids.shape[0]
+        coords = self._coords[self._crow[ids]]
+        regular, first, step = progression(coords, t.sizes, t.strides, lanes)
+        if regular and step >= 0:
+            values = _strided(flat, first, step, n, lanes)
+            values.flags.writeable = False
+            self._views.setdefault(tensor, [])  # a tensor with views to watch
+            self._add_group(ids, values)
+            return
+        values = np.empty((n, lanes), dtype=flat.dtype)
         uint = _UINT[flat.itemsize]
         pad = np.asarray(t.pad).astype(flat.dtype).reshape(1).view(uint)
-        values = self._values.view(uint)
-        gather(values, ids, self._coords[self._crow[ids]], flat.view(uint), t.sizes, t.strides, t.vtype.lanes, pad)
+        gather(values.view(uint), coords, flat.view(uint), t.sizes, t.strides, lanes, pad)
+        self._add_group(ids, values)
 
     def _apply_stores(self, entries: np.ndarray, ops: np.ndarray) -> None:
         tensors = tables().access[ops[entries], 0]
         for tensor in dict.fromkeys(tensors.tolist()):
             sel = entries[tensors == tensor]
             t = self.tensors[tensor]
-            flat = t.flat
-            uint = _UINT[flat.itemsize]
+            for g in self._views.pop(tensor, ()):  # values still viewing the tensor keep their lanes
+                self._values[g] = self._values[g].copy()
+            flat, lanes, n = t.flat, t.vtype.lanes, sel.shape[0]
+            values = self._gather(self._src[sel, 0], t.vtype.code)
             coords = self._coords[self._crow[sel]]
-            scatter(
-                self._values.view(uint), self._src[sel, 0], coords, flat.view(uint), t.sizes, t.strides, t.vtype.lanes
-            )
+            regular, first, step = progression(coords, t.sizes, t.strides, lanes)
+            if regular and (step >= lanes or n == 1):  # disjoint vectors: the order does not matter
+                _strided(flat, first, step, n, lanes)[...] = values
+                continue
+            uint = _UINT[flat.itemsize]
+            scatter(np.ascontiguousarray(values).view(uint), coords, flat.view(uint), t.sizes, t.strides, lanes)
 
     # -- after the run ------------------------------------------------------------------
 
@@ -457,3 +532,12 @@ class AccessLog:
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_CODES = max(BY_CODE) + 1
+
+
+def _strided(flat: np.ndarray, first: int, step: int, n: int, lanes: int) -> np.ndarray:
+    """The ``(n, lanes)`` view of ``flat`` whose row ``i`` starts at ``first + i * step``."""
+    if step == lanes:
+        return flat[first : first + n * lanes].reshape(n, lanes)
+    size = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[first:], shape=(n, lanes), strides=(step * size, size))
