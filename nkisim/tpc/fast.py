@@ -76,12 +76,15 @@ def load_maker(vcode: int) -> Maker:
             predicate: Any = True,
             polarity: Any = False,
         ) -> Vec:
-            op = fast.get(tensor)
-            if op is None or coords is not cache[0] or predicate is not True or polarity is not False:
-                return plain(ctx, coords, tensor, switches, income, predicate, polarity)
-            push(op)
-            coords_push(cache[1])
-            return step(made)
+            if coords is cache[0] and predicate is True and polarity is False:
+                try:
+                    push(fast[tensor])
+                except KeyError:
+                    pass
+                else:
+                    coords_push(cache[1])
+                    return step(made)
+            return plain(ctx, coords, tensor, switches, income, predicate, polarity)
 
         return load
 
@@ -101,19 +104,16 @@ def store_maker(vcode: int) -> Maker:
         def store(
             coords: Any, tensor: int, value: Any, switches: int = 0, predicate: Any = True, polarity: Any = False
         ) -> None:
-            op = fast.get(tensor)
-            if (
-                op is None
-                or type(value) is not vec
-                or coords is not cache[0]
-                or predicate is not True
-                or polarity is not False
-            ):
-                return plain(ctx, coords, tensor, value, switches, predicate, polarity)
-            push(op)
-            x_push(value)
-            coords_push(cache[1])
-            return None
+            if type(value) is vec and coords is cache[0] and predicate is True and polarity is False:
+                try:
+                    push(fast[tensor])
+                except KeyError:
+                    pass
+                else:
+                    x_push(value)
+                    coords_push(cache[1])
+                    return None
+            return plain(ctx, coords, tensor, value, switches, predicate, polarity)
 
         return store
 
