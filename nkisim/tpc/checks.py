@@ -23,7 +23,7 @@ import numpy as np
 from nkisim.errors import SourceLoc
 from nkisim.tpc.errors import TpcAccessPatternError, TpcRaceError, TpcUnwrittenOutputError
 from nkisim.tpc.glue import TensorAccessPattern
-from nkisim.tpc.tape import row_base
+from nkisim.tpc.tape import progression, row_base
 from nkisim.tpc.trace import AccessLog, TensorState
 
 
@@ -183,6 +183,10 @@ class Footprint:
             else None
         )
         self.where = where  # kernel, device, kernel loc, member -> tpc
+        # [tensor, is store]: the number of accesses
+        found = np.bincount(access.tensor * 2 + access.store, minlength=2 * len(tensors)) if len(access) else None
+        self._per = np.zeros((len(tensors), 2), dtype=np.int64) if found is None else found.reshape(-1, 2)
+        self._selected: dict[tuple[int, bool], np.ndarray] = {}
 
     def _error(self, cls: type, rule: str, loc: SourceLoc, member: int | None = None) -> Exception:
         w = self.where
@@ -191,11 +195,16 @@ class Footprint:
 
     def counts(self, store: bool) -> dict[int, int]:
         """Vector loads (or stores) per tensor."""
-        if self.rows is None:
-            return {}
-        sel = self.rows["store"] == store
-        found = np.bincount(self.rows["tensor"][sel], minlength=len(self.tensors))
-        return {i: int(c) for i, c in enumerate(found) if c}
+        return {i: int(c) for i, c in enumerate(self._per[:, int(store)]) if c}
+
+    def _select(self, t: int, store: bool) -> np.ndarray:
+        """The access rows of tensor ``t``'s loads (or stores)."""
+        key = (t, store)
+        if key not in self._selected:
+            r = self.rows
+            assert r is not None
+            self._selected[key] = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        return self._selected[key]
 
     def check_patterns(self, patterns: dict[int, TensorAccessPattern], lo: np.ndarray, hi: np.ndarray) -> None:
         """Every access inside its member's declared range, dimension by dimension."""
@@ -247,7 +256,7 @@ class Footprint:
         """Flat elements a tensor's loads (or stores) touch in bounds, their members, and ``k -> access row``."""
         r = self.rows
         assert r is not None
-        sel = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        sel = self._select(t, store)
         if not sel.size:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, int
@@ -262,19 +271,27 @@ class Footprint:
         """Access rows of tensor ``t``'s loads (or stores): their numbers, coordinates, members, and the lanes."""
         r = self.rows
         assert r is not None
-        sel = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        sel = self._select(t, store)
         lanes = int(r["lanes"][sel[0]]) if sel.size else 0
         return sel, r["coords"][sel], r["member"][sel], lanes
 
-    def check_races(self) -> dict[int, np.ndarray]:
-        """No member touches what another writes; returns each written tensor's owner map (member per element, -1)."""
-        written: dict[int, np.ndarray] = {}
+    def check_races(self) -> dict[int, np.ndarray | None]:
+        """No member touches what another writes; returns each written tensor's owner map (member per element, -1).
+
+        The map is None for a tensor whose every element is written exactly once and never read
+        (the usual output): its stores, in program order, are consecutive vectors filling it.
+        """
+        written: dict[int, np.ndarray | None] = {}
         if self.rows is None:
             return written
-        r = self.rows
-        for t in np.unique(r["tensor"][r["store"]]).tolist():
+        for t in np.flatnonzero(self._per[:, 1]).tolist():
             tensor = self.tensors[t]
             rows, coords, member, lanes = self._rows(t, True)
+            if not self._per[t, 0]:
+                regular, first, step = progression(coords, tensor.sizes, tensor.strides, lanes)
+                if regular and first == 0 and step == lanes and rows.size * lanes == tensor.data.size:
+                    written[t] = None
+                    continue
             owner = np.full(tensor.data.size, -1, dtype=np.int32)
             bad = _own(owner, coords, member, tensor.sizes, tensor.strides, lanes)
             if bad >= 0:
@@ -307,12 +324,12 @@ class Footprint:
             written[t] = owner
         return written
 
-    def check_coverage(self, outputs: list[int], written: dict[int, np.ndarray]) -> None:
-        """Every element of every output written by some member (``written``: the owner maps)."""
+    def check_coverage(self, outputs: list[int], written: dict[int, np.ndarray | None]) -> None:
+        """Every element of every output written by some member (``written``: the owner maps, None: all written)."""
         for t in outputs:
             owner = written.get(t)
             size = self.tensors[t].data.size
-            if owner is not None and (size == 0 or int(owner.min()) >= 0):
+            if (t in written and owner is None) or (owner is not None and (size == 0 or int(owner.min()) >= 0)):
                 continue
             missing = np.flatnonzero(owner < 0) if owner is not None else np.arange(size)
             raise self._error(
