@@ -198,9 +198,7 @@ class _Plan:
     pads: list[float]
 
 
-def _from_glue(
-    glue: Glue, inputs: list[np.ndarray], outputs: list[np.ndarray], params: Any, cfg: TpcConfig
-) -> _Plan:
+def _from_glue(glue: Glue, inputs: list[np.ndarray], outputs: list[np.ndarray], params: Any, cfg: TpcConfig) -> _Plan:
     guid = glue.GetKernelName()
     in_defs = HabanaKernelParams(
         deviceId=DeviceId(cfg.device_id),
@@ -420,11 +418,12 @@ def run(
         member_entries.append(len(trace.seq))
         _run_member(trace, plan, cfg, boxes, tpc_of, m, n_tensors).check_local_budget()
     trace.flush()
-    per_member, mem_accesses, first_uop = trace.micro_ops(member_entries)
-    member_entries.append(len(trace.seq))
-    member_uops = [(int(first_uop[a]), int(first_uop[b])) for a, b in itertools.pairwise(member_entries)]
+    bodies = trace.micro_ops(member_entries)
+    first_uop = bodies[2].tolist()
+    member_uops = list(itertools.pairwise(first_uop))
     lo = np.array([b[0] for b in boxes], dtype=np.int64)
     hi = lo + np.array([b[1] for b in boxes], dtype=np.int64)
+
     def locate(member: int, k: int) -> SourceLoc:
         """The kernel line of ``member``'s ``k``-th tensor access: its member run again, recording lines."""
         copies = [TensorState.make(s.index, s.data.copy(), s.vtype, s.pad, s.role) for s in states]
@@ -439,7 +438,7 @@ def run(
         return SourceLoc(code.co_filename, code_line(code, again.lastis[k]), code.co_name)
 
     foot = Footprint(
-        trace.access_log(member_entries[:-1], locate),
+        trace.access_log(member_entries, locate),
         states,
         {"kernel": plan.name, "device": cfg.name, "loc": plan.kern.loc, "tpc_of": tpc_of},
     )
@@ -448,7 +447,7 @@ def run(
     written = foot.check_races()
     foot.check_coverage([i for i, r in enumerate(roles) if r == "output"], written)
     return _timed(
-        (per_member, mem_accesses),
+        bodies,
         plan,
         cfg,
         boxes,
@@ -490,7 +489,7 @@ def _run_member(
 
 
 def _timed(
-    members: tuple[list[tuple[np.ndarray, ...]], list[int]],
+    bodies: tuple[np.ndarray, list[tuple[np.ndarray, ...] | None], np.ndarray, list[int]],
     plan: _Plan,
     cfg: TpcConfig,
     boxes: list[tuple[np.ndarray, np.ndarray]],
@@ -503,7 +502,7 @@ def _timed(
 ) -> TpcResult:
     """Schedule every member, put the TPCs on the execution core's timeline, and collect the counters.
 
-    ``members``: each member's scheduler columns and its HBM accesses (:meth:`Trace.micro_ops`).
+    ``bodies``: :meth:`Trace.micro_ops`; a member with the body of an earlier one takes its schedule.
     """
     lat = latency_matrix(cfg.latency)
     active = len(set(tpc_of))
@@ -514,9 +513,16 @@ def _timed(
     slot_busy = np.zeros(4, dtype=np.int64)
     issues: list[np.ndarray] = []
     slots: list[np.ndarray] = []
-    per_member, mem_accesses = members
+    rep, per_member, _, mem_accesses = bodies
+    schedules: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
     for m, (first, last) in enumerate(member_uops):
-        if last == first:
+        same = schedules.get(int(rep[m]))
+        if same is not None:
+            cycles = same[0]
+            slot_busy += np.bincount(same[2], minlength=4)
+            issues.append(same[1].copy())
+            slots.append(same[2].copy())
+        elif last == first:
             cycles = 0
             issues.append(np.zeros(0, dtype=np.int64))
             slots.append(np.zeros(0, dtype=np.int64))
@@ -535,6 +541,7 @@ def _timed(
             slot_busy += np.bincount(used, minlength=4)
             issues.append(issue)
             slots.append(used)
+            schedules[m] = (cycles, issue, used)
         member_cycles.append(cycles)
         tpc = tpc_of[m]
         per_tpc[tpc] = per_tpc.get(tpc, 0) + cycles

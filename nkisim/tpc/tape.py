@@ -95,6 +95,7 @@ class Tables:
         valmask: ``[opcode, position]``: the operand is a vector value (its depth counts).
         has_value: the opcode makes a value.
         out: the type code of the value it makes (-1: none).
+        width: operand positions its entries may fill (after them, ``src`` holds -1).
         access: ``[opcode] -> (tensor, lanes, is_store)`` or ``(-1, 0, 0)``.
         layout: each opcode's operand layout.
     """
@@ -109,6 +110,7 @@ class Tables:
         self.valmask = np.zeros((n, MAX_OPERANDS), dtype=np.bool_)
         self.has_value = np.zeros(n, dtype=np.bool_)
         self.out = np.array([-1 if op.key is None else op.key[3] for op in OPS], dtype=np.int64)
+        self.width = np.zeros(n, dtype=np.int64)
         self.access = np.full((n, 3), -1, dtype=np.int64)
         self.layout = np.array([op.layout for op in OPS], dtype=np.int64)
         for i, op in enumerate(OPS):
@@ -118,6 +120,8 @@ class Tables:
                 s = list(srcs[:4]) + [-1] * (4 - len(srcs[:4]))
                 k = list(kinds[:4]) + [0] * (4 - len(kinds[:4]))
                 rows.append([slot, cls, mem, tensor, *s, *k])
+            used = [*value_positions(op.key), *op.refs, *(p for u in op.uops for p in u[4] if p >= 0)]
+            self.width[i] = 1 + max(used, default=-1)
             self.alias[i] = op.alias
             self.has_value[i] = op.key is not None
             for p in value_positions(op.key):
@@ -146,6 +150,7 @@ def decode(
     level: np.ndarray,
     layout: np.ndarray,
     valmask: np.ndarray,
+    width: np.ndarray,
     xs: np.ndarray,
     vent: np.ndarray,
     start: int,
@@ -182,7 +187,7 @@ def decode(
             crow[n] = ci
             ci += 1
         lv = 0
-        for p in range(src.shape[1]):
+        for p in range(width[op]):
             s = src[n, p]
             if s >= start and valmask[op, p] and level[s] + 1 > lv:
                 lv = level[s] + 1
@@ -332,6 +337,55 @@ def scatter(
 
 
 @numba.njit(cache=True)
+def _same_body(ops: np.ndarray, src: np.ndarray, width: int, a: int, b: int, length: int) -> bool:  # pragma: no cover
+    """Entries ``a..`` and ``b..`` (``length`` each): equal opcodes, and operands equal counted from ``a`` and ``b``."""
+    for i in range(length):
+        if ops[a + i] != ops[b + i]:
+            return False
+    shift = a - b
+    for i in range(length):
+        for p in range(width):
+            x, y = src[a + i, p], src[b + i, p]
+            if x != y + shift and not (x < 0 and x == y):
+                return False
+    return True
+
+
+@numba.njit(cache=True)
+def member_bodies(ops: np.ndarray, src: np.ndarray, width: int, members: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """For each member, the first member with the same body, or itself: what it schedules like.
+
+    Two bodies are the same when their opcodes and their operands, numbered from each member's
+    first entry, are equal entry by entry (a hash of the opcodes picks whom to compare). A member
+    that reads a value of another member is its own. Operand columns from ``width`` on are -1.
+    ``members`` holds each member's first entry and, last, the number of entries.
+    """
+    n_members = members.shape[0] - 1
+    rep = np.arange(n_members)
+    alone = np.zeros(n_members, dtype=np.bool_)
+    hashes = np.zeros(n_members, dtype=np.uint64)
+    for m in range(n_members):
+        a = members[m]
+        h = np.uint64(14695981039346656037)
+        for n in range(a, members[m + 1]):
+            h = (h ^ np.uint64(ops[n])) * np.uint64(1099511628211)
+            for p in range(width):
+                if 0 <= src[n, p] < a:
+                    alone[m] = True
+        hashes[m] = h
+    for m in range(n_members):
+        a, length = members[m], members[m + 1] - members[m]
+        for r in range(m):
+            b = members[r]
+            if rep[r] != r or alone[r] or alone[m] or hashes[r] != hashes[m] or members[r + 1] - b != length:
+                continue
+            if _same_body(ops, src, width, a, b, length):
+                rep[m] = r
+                break
+    return rep
+
+
+@numba.njit(cache=True)
 def expand(
     ops: np.ndarray,
     src: np.ndarray,
@@ -340,16 +394,35 @@ def expand(
     rows: np.ndarray,
     alias: np.ndarray,
     members: np.ndarray,
-    total: int,
+    wanted: np.ndarray,
 ) -> tuple[np.ndarray, ...]:  # pragma: no cover
-    """Every entry's micro-ops, as the scheduler's columns, member by member.
+    """The micro-ops of the ``wanted`` members, as the scheduler's columns, member after member.
 
     ``members`` holds each member's first entry and, last, the number of entries. Returns
     ``(slot, class, sources (n, 4), kinds (n, 4), memory, tensor, source count, HBM accesses per
-    member)`` for the ``total`` micro-ops: sources are numbered from the member's first micro-op
-    (-1: none, or a value made by another member, ready at the start); the source count counts
-    those too. Alias entries (bit casts) make no micro-op: their value is their operand's.
+    member, first micro-op of each member (and, last, the total), each member's first row in the
+    columns)``. Micro-ops are numbered as if every member were expanded; sources are numbered from
+    the member's first micro-op (-1: none, or a value made by another member, ready at the start);
+    the source count counts those too. Alias entries (bit casts) make no micro-op: their value is
+    their operand's.
     """
+    n_members = members.shape[0] - 1
+    first_uop = np.zeros(n_members + 1, dtype=np.int64)
+    u = 0
+    m = -1
+    for n in range(ops.shape[0]):
+        while m + 1 < n_members and n >= members[m + 1]:
+            m += 1
+            first_uop[m] = u
+        if not alias[ops[n]]:
+            u += counts[ops[n]]
+    first_uop[n_members] = u
+    row_of = np.zeros(n_members, dtype=np.int64)
+    total = 0
+    for m in range(n_members):
+        row_of[m] = total
+        if wanted[m]:
+            total += first_uop[m + 1] - first_uop[m]
     slot = np.empty(total, dtype=np.int64)
     cls = np.empty(total, dtype=np.int64)
     srcs = np.empty((total, 4), dtype=np.int64)
@@ -357,24 +430,31 @@ def expand(
     mem = np.empty(total, dtype=np.int64)
     tensor = np.empty(total, dtype=np.int64)
     nsrc = np.empty(total, dtype=np.int64)
-    n_members = members.shape[0] - 1
     n_mem = np.zeros(n_members, dtype=np.int64)
     entry_uop = np.full(ops.shape[0], -1, dtype=np.int64)
     u = 0
     m = -1
     first = 0
+    w = 0
+    keep = False
     for n in range(ops.shape[0]):
         while m + 1 < n_members and n >= members[m + 1]:
             m += 1
             first = u
+            keep = wanted[m]
+            w = row_of[m]
         op = ops[n]
         if alias[op]:
             s = src[n, 0]
             entry_uop[n] = entry_uop[s] if s >= 0 else -1
             continue
+        if not keep:
+            u += counts[op]
+            entry_uop[n] = u - 1 if counts[op] else -1
+            continue
         for r in range(starts[op], starts[op] + counts[op]):
-            slot[u] = rows[r, 0]
-            cls[u] = rows[r, 1]
+            slot[w] = rows[r, 0]
+            cls[w] = rows[r, 1]
             j = 0
             k = 0
             for q in range(4):
@@ -387,20 +467,21 @@ def expand(
                 if s >= 0:
                     k += 1
                 if s - first >= 0:
-                    srcs[u, j] = s - first
-                    kinds[u, j] = rows[r, 8 + q]
+                    srcs[w, j] = s - first
+                    kinds[w, j] = rows[r, 8 + q]
                 else:
-                    srcs[u, j] = -1
-                    kinds[u, j] = 0
+                    srcs[w, j] = -1
+                    kinds[w, j] = 0
                 j += 1
             for q in range(j, 4):
-                srcs[u, q] = -1
-                kinds[u, q] = 0
-            nsrc[u] = k
-            mem[u] = rows[r, 2]
-            tensor[u] = rows[r, 3]
-            if m >= 0 and (mem[u] == M_GLD or mem[u] == M_GST):
+                srcs[w, q] = -1
+                kinds[w, q] = 0
+            nsrc[w] = k
+            mem[w] = rows[r, 2]
+            tensor[w] = rows[r, 3]
+            if mem[w] == M_GLD or mem[w] == M_GST:
                 n_mem[m] += 1
             u += 1
+            w += 1
         entry_uop[n] = u - 1 if counts[op] else -1
-    return slot, cls, srcs, kinds, mem, tensor, nsrc, n_mem
+    return slot, cls, srcs, kinds, mem, tensor, nsrc, n_mem, first_uop, row_of

@@ -45,6 +45,7 @@ from nkisim.tpc.tape import (  # noqa: F401 (M_*: the memory kinds, used from he
     decode,
     expand,
     gather,
+    member_bodies,
     number_values,
     opcode,
     operand_roles,
@@ -321,7 +322,21 @@ class Trace:
         xs, fbase, cbase = self._columns()
         level = self._level
         src, vent = self._src, self._vent
-        decode(ops[:end], src, self._fidx, self._crow, level, tab.layout, tab.valmask, xs, vent, start, fbase, cbase)
+        decode(
+            ops[:end],
+            src,
+            self._fidx,
+            self._crow,
+            level,
+            tab.layout,
+            tab.valmask,
+            tab.width,
+            xs,
+            vent,
+            start,
+            fbase,
+            cbase,
+        )
         groups: list[tuple[int, int, np.ndarray, list[Any]]] = []  # (level, opcode, entries, operand columns)
         for op, ids, operands in columns:
             if OPS[op].key is None:
@@ -486,23 +501,29 @@ class Trace:
         member = np.searchsorted(np.asarray(member_starts, dtype=np.int64), n, side="right") - 1
         return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, locate)
 
-    def micro_ops(self, members: list[int]) -> tuple[list[tuple[np.ndarray, ...]], list[int], np.ndarray]:
-        """Each member's scheduler columns and HBM accesses (:func:`~nkisim.tpc.tape.expand`); entries' first micro-op.
+    def micro_ops(
+        self, members: list[int]
+    ) -> tuple[np.ndarray, list[tuple[np.ndarray, ...] | None], np.ndarray, list[int]]:
+        """The members' micro-ops, expanded once per distinct body (:func:`~nkisim.tpc.tape.member_bodies`).
 
-        ``members`` are the members' first entries.
+        ``members`` are the members' first entries. Returns each member's representative (the
+        first member with the same body), the scheduler columns of each representative (None for
+        the others), each member's first micro-op number (and, last, the total), and each
+        member's HBM accesses.
         """
         end = len(self.seq)
         tab = tables()
-        ops = self._ops[:end]
-        per_entry = np.where(tab.alias[ops], 0, tab.count[ops])
-        first = np.concatenate(([0], np.cumsum(per_entry)))
+        ops, src = self._ops[:end], self._src[:end]
         bounds = np.array([*members, end], dtype=np.int64)
-        *columns, n_mem = expand(
-            ops, self._src[:end], tab.start, tab.count, tab.rows, tab.alias, bounds, int(first[-1])
-        )
-        cuts = first[bounds].tolist()
-        per_member = [tuple(c[a:b] for c in columns) for a, b in itertools.pairwise(cuts)]
-        return per_member, n_mem.tolist(), first
+        rep = member_bodies(ops, src, int(tab.width[ops].max(initial=0)), bounds)
+        wanted = rep == np.arange(rep.shape[0])
+        *columns, n_mem, first_uop, row_of = expand(ops, src, tab.start, tab.count, tab.rows, tab.alias, bounds, wanted)
+        per_member: list[tuple[np.ndarray, ...] | None] = []
+        for m, keep in enumerate(wanted.tolist()):
+            a = int(row_of[m])
+            b = a + int(first_uop[m + 1] - first_uop[m])
+            per_member.append(tuple(c[a:b] for c in columns) if keep else None)
+        return rep, per_member, first_uop, n_mem[rep].tolist()
 
 
 @dataclass
