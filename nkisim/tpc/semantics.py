@@ -96,11 +96,19 @@ for _name, _ufunc in (("add", np.add), ("max", np.maximum), ("min", np.minimum))
 
 
 def _special(fn: Callable[[np.ndarray], np.ndarray]) -> Fn:
-    def run(a: list[np.ndarray], s: tuple[Any, ...]) -> np.ndarray:
+    if isinstance(fn, np.ufunc):  # the float64 loop on the widened operand, without a widened copy
+
+        def run(a: list[np.ndarray], s: tuple[Any, ...]) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                return fn(a[0], dtype=np.float64)
+
+        return run
+
+    def run_widened(a: list[np.ndarray], s: tuple[Any, ...]) -> np.ndarray:
         with np.errstate(all="ignore"):
             return fn(a[0].astype(np.float64))
 
-    return run
+    return run_widened
 
 
 SPECIAL_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {

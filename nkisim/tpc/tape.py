@@ -198,13 +198,60 @@ def decode(
 @numba.njit(cache=True)
 def number_values(
     ops: np.ndarray, start: int, out: np.ndarray, vent: np.ndarray, nval: np.ndarray
-) -> None:  # pragma: no cover
-    """Number the values of the entries ``start..``: the ``k``-th of type ``c`` is entry ``vent[c, k]``."""
+) -> np.ndarray:  # pragma: no cover
+    """Number the values of the entries ``start..``: the ``k``-th of type ``c`` is entry ``vent[c, k]``.
+
+    ``nval`` counts each type's values so far; returns ``vent``, grown if it had to be.
+    """
+    need = nval.copy()
+    for n in range(start, ops.shape[0]):
+        c = out[ops[n]]
+        if c >= 0:
+            need[c] += 1
+    if need.max() > vent.shape[1]:
+        grown = np.empty((vent.shape[0], max(need.max(), 2 * vent.shape[1])), dtype=vent.dtype)
+        for c in range(vent.shape[0]):
+            grown[c, : nval[c]] = vent[c, : nval[c]]
+        vent = grown
     for n in range(start, ops.shape[0]):
         c = out[ops[n]]
         if c >= 0:
             vent[c, nval[c]] = n
             nval[c] += 1
+    return vent
+
+
+@numba.njit(cache=True)
+def column_groups(
+    ops: np.ndarray, level: np.ndarray, layout: np.ndarray, start: int, width: int
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """The entries ``start..`` of a column layout with a value (``L_VV`` .. ``L_LD``), by dataflow depth and opcode.
+
+    Returns the entries in that order (program order within a group) and the groups' bounds in it.
+    """
+    n = 0
+    for e in range(start, ops.shape[0]):
+        if 1 <= layout[ops[e]] <= 4:
+            n += 1
+    ids = np.empty(n, dtype=np.int64)
+    keys = np.empty(n, dtype=np.int64)
+    i = 0
+    for e in range(start, ops.shape[0]):
+        if 1 <= layout[ops[e]] <= 4:
+            ids[i] = e
+            keys[i] = level[e] * width + ops[e]
+            i += 1
+    order = bucket(keys, width)
+    sorted_ids = np.empty(n, dtype=np.int64)
+    bounds = np.empty(n + 1, dtype=np.int64)
+    b = 0
+    for j in range(n):
+        sorted_ids[j] = ids[order[j]]
+        if j == 0 or keys[order[j]] != keys[order[j - 1]]:
+            bounds[b] = j
+            b += 1
+    bounds[b] = n
+    return sorted_ids, bounds[: b + 1]
 
 
 @numba.njit(cache=True)
@@ -278,14 +325,16 @@ def progression(
 
 
 @numba.njit(cache=True)
-def row_step(group: np.ndarray, row: np.ndarray) -> tuple[bool, int]:  # pragma: no cover
-    """Whether all ``group`` are the first one's and ``row`` steps evenly: (that, the step)."""
-    n = group.shape[0]
-    step = row[1] - row[0] if n > 1 else 1
+def row_step(entries: np.ndarray, group: np.ndarray, row: np.ndarray) -> tuple[bool, int, int, int]:  # pragma: no cover
+    """Whether the values of ``entries`` are rows of one group stepping evenly: (that, group, first row, step)."""
+    n = entries.shape[0]
+    g, first = group[entries[0]], row[entries[0]]
+    step = row[entries[1]] - first if n > 1 else 1
     for i in range(1, n):
-        if group[i] != group[0] or row[i] != row[0] + i * step:
-            return False, 0
-    return True, step
+        e = entries[i]
+        if group[e] != g or row[e] != first + i * step:
+            return False, 0, 0, 0
+    return True, g, first, step
 
 
 @numba.njit(cache=True)

@@ -41,7 +41,7 @@ from nkisim.tpc.tape import (  # noqa: F401 (M_*: the memory kinds, used from he
     OPS,
     Op,
     Tables,
-    bucket,
+    column_groups,
     decode,
     expand,
     gather,
@@ -259,17 +259,6 @@ class Trace:
             grown[:cap] = old
             setattr(self, name, grown)
 
-    def _number_values(self, start: int, end: int, tab: Tables) -> None:
-        """Give the new entries' values their numbers per type (the handles' ``k``)."""
-        new = np.bincount(tab.out[self._ops[start:end]] + 1, minlength=_CODES + 1)[1:]
-        need = int((self._nval + new).max())
-        if need > self._vent.shape[1]:
-            grown = np.empty((_CODES, max(need, 2 * self._vent.shape[1])), dtype=np.int64)
-            for c in range(_CODES):
-                grown[c, : self._nval[c]] = self._vent[c, : self._nval[c]]
-            self._vent = grown
-        number_values(self._ops[:end], start, tab.out, self._vent, self._nval)
-
     def _columns(self) -> tuple[np.ndarray, int, int]:
         """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base)."""
         xs = _ints(self.xs)
@@ -317,7 +306,7 @@ class Trace:
         ops = self._ops
         ops[start:end] = _ints(self.seq[start:end])
         tab = tables()
-        self._number_values(start, end, tab)
+        self._vent = number_values(ops[:end], start, tab.out, self._vent, self._nval)  # the handles' k
         columns = self._row_columns(tab)
         xs, fbase, cbase = self._columns()
         level = self._level
@@ -350,8 +339,7 @@ class Trace:
                 sel = np.flatnonzero(lv == v)
                 subset = [c[sel] if type(c) is np.ndarray else [c[i] for i in sel] for c in operands]
                 groups.append((v, op, ids[sel], subset))
-        lay = tab.layout[ops[start:end]]
-        groups += self._column_groups(start + np.flatnonzero((lay >= L_VV) & (lay <= L_LD)), tab.size)
+        groups += self._column_groups(start, tab.size)
         groups.sort(key=lambda g: g[0])
         for _, op, ids, operands in groups:
             if OPS[op].layout == L_LD:
@@ -359,6 +347,7 @@ class Trace:
             else:
                 self._run_group(ids, OPS[op].key, operands)
         self.base = end
+        lay = tab.layout[ops[start:end]]
         access = start + np.flatnonzero(lay >= L_LD)
         if access.size:
             self._acc_n.append(access)
@@ -367,19 +356,14 @@ class Trace:
                 self._apply_stores(stores, ops)
         self._clean()
 
-    def _column_groups(self, ids: np.ndarray, width: int) -> list[tuple[int, int, np.ndarray, list[Any]]]:
-        """The column-recorded entries ``ids`` with a value, grouped by dataflow depth and opcode."""
-        if not ids.size:
-            return []
-        ops, src = self._ops[ids], self._src
-        keys = self._level[ids] * width + ops
-        order = bucket(keys, width)
-        ids, keys = ids[order], keys[order]
-        bounds = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist(), ids.size]
+    def _column_groups(self, start: int, width: int) -> list[tuple[int, int, np.ndarray, list[Any]]]:
+        """The column-recorded entries from ``start`` on with a value, grouped by dataflow depth and opcode."""
+        ids, bounds = column_groups(self._ops[: len(self.seq)], self._level, tables().layout, start, width)
+        src = self._src
         groups = []
-        for a, b in itertools.pairwise(bounds):
+        for a, b in itertools.pairwise(bounds.tolist()):
             sel = ids[a:b]
-            op = int(keys[a] % width)
+            op = int(self._ops[sel[0]])
             lay = OPS[op].layout
             if lay == L_VV:
                 operands = [src[sel, 0], src[sel, 1]]
@@ -389,7 +373,7 @@ class Trace:
                 operands = [src[sel, 0]]
             else:
                 operands = []
-            groups.append((int(keys[a] // width), op, sel, operands))
+            groups.append((int(self._level[sel[0]]), op, sel, operands))
         return groups
 
     def _clean(self) -> None:
@@ -412,17 +396,16 @@ class Trace:
 
     def _gather(self, entries: np.ndarray, code: int) -> np.ndarray:
         """The values of ``entries`` (of type ``code``) as rows: a view of their group's values when they can be."""
-        group, row = self._group[entries], self._row[entries]
-        same, step = row_step(group, row)
+        same, g, first, step = row_step(entries, self._group, self._row)
         if same:
-            values = self._values[int(group[0])]
-            first, n = int(row[0]), entries.shape[0]
+            values, n = self._values[g], entries.shape[0]
             if step == 1 and first == 0 and n == values.shape[0]:
                 return values
             if step >= 1:
                 return values[first : first + step * (n - 1) + 1 : step]
-            return values[row]
+            return values[self._row[entries]]
         vt = BY_CODE[code]
+        group, row = self._group[entries], self._row[entries]
         out = np.empty((entries.shape[0], vt.lanes), dtype=vt.dtype)
         for g in np.unique(group).tolist():
             sel = group == g
@@ -447,11 +430,12 @@ class Trace:
         if vb is not None:
             result = np.where(args[-2] != vb, result, args[-1])
         out = BY_CODE[out_code]
-        if not (type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes)):
+        if type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes):
+            rows = np.ascontiguousarray(result)
+        else:
             rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
             rows[...] = result
-            result = rows
-        self._add_group(ids, result)
+        self._add_group(ids, rows)
 
     def _load(self, ids: np.ndarray, tensor: int) -> None:
         """The loads ``ids`` of ``tensor``: a view of it if they step evenly inside it, else a compiled gather."""
