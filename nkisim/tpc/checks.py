@@ -127,23 +127,20 @@ def _foreign(
 
 @numba.njit(cache=True)
 def _patterns_ok(
-    tensor: np.ndarray,
+    rows: np.ndarray,
     coords: np.ndarray,
     member: np.ndarray,
     lanes: np.ndarray,
-    t: int,
     sizes: np.ndarray,
     lo: np.ndarray,
     hi: np.ndarray,
     dims: np.ndarray,
     bounds: np.ndarray,
 ) -> bool:  # pragma: no cover
-    """Every access of tensor ``t`` (clipped to it) inside ``a*i + [start_b, end_b]`` of its member, per dim."""
+    """Every access ``rows`` of a tensor (clipped to it) inside ``a*i + [start_b, end_b]`` of its member, per dim."""
     first = np.empty(5, dtype=np.int64)
     last = np.empty(5, dtype=np.int64)
-    for i in range(tensor.shape[0]):
-        if tensor[i] != t:
-            continue
+    for i in rows:
         inside = True
         for d in range(5):
             f = coords[i, d]
@@ -221,7 +218,7 @@ class Footprint:
             maps = pattern.mapping[:5]
             dims = np.array([m.indexSpaceDim for m in maps], dtype=np.int64)
             bounds = np.array([[m.a, m.start_b, m.end_b] for m in maps], dtype=np.float64).reshape(-1, 3)
-            if _patterns_ok(r["tensor"], r["coords"], r["member"], r["lanes"], t, sizes, lo, hi, dims, bounds):
+            if _patterns_ok(sel, r["coords"], r["member"], r["lanes"], sizes, lo, hi, dims, bounds):
                 continue  # the common case; the numpy pass below finds and describes the violation
             coords, member, lanes = r["coords"][sel], r["member"][sel], r["lanes"][sel]
             first = coords.copy()
@@ -288,7 +285,7 @@ class Footprint:
             tensor = self.tensors[t]
             rows, coords, member, lanes = self._rows(t, True)
             if not self._per[t, 0]:
-                regular, first, step = progression(coords, tensor.sizes, tensor.strides, lanes)
+                regular, first, step = progression(self.access.coords, rows, tensor.sizes, tensor.strides, lanes)
                 if regular and first == 0 and step == lanes and rows.size * lanes == tensor.data.size:
                     written[t] = None
                     continue

@@ -304,14 +304,17 @@ def row_base(
 
 @numba.njit(cache=True)
 def progression(
-    coords: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+    coords: np.ndarray, rows: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
 ) -> tuple[bool, int, int]:  # pragma: no cover
-    """Whether every access lies wholly inside the tensor at flat offset ``first + i * step``: (that, first, step)."""
+    """Whether the accesses at ``coords[rows]`` lie wholly inside the tensor at flat offsets ``first + i * step``.
+
+    Returns (that, first, step).
+    """
     first = 0
     step = 0
-    for i in range(coords.shape[0]):
-        inside, base = row_base(coords, i, sizes, strides)
-        d0 = coords[i, 0]
+    for i in range(rows.shape[0]):
+        inside, base = row_base(coords, rows[i], sizes, strides)
+        d0 = coords[rows[i], 0]
         if not inside or d0 < 0 or d0 + lanes > sizes[0]:
             return False, 0, 0
         b = base + d0
@@ -341,16 +344,17 @@ def row_step(entries: np.ndarray, group: np.ndarray, row: np.ndarray) -> tuple[b
 def gather(
     out: np.ndarray,
     coords: np.ndarray,
+    rows: np.ndarray,
     flat: np.ndarray,
     sizes: np.ndarray,
     strides: np.ndarray,
     lanes: int,
     pad: np.ndarray,
 ) -> None:  # pragma: no cover
-    """Vector loads: ``out[i, :lanes]`` from ``flat`` at ``coords[i]``; out-of-bounds lanes get ``pad[0]``."""
+    """Vector loads: ``out[i, :lanes]`` from ``flat`` at ``coords[rows[i]]``; out-of-bounds lanes get ``pad[0]``."""
     for i in range(out.shape[0]):
-        inside, base = row_base(coords, i, sizes, strides)
-        d0 = coords[i, 0]
+        inside, base = row_base(coords, rows[i], sizes, strides)
+        d0 = coords[rows[i], 0]
         if inside and d0 >= 0 and d0 + lanes <= sizes[0]:
             for j in range(lanes):
                 out[i, j] = flat[base + d0 + j]
@@ -364,17 +368,18 @@ def gather(
 def scatter(
     values: np.ndarray,
     coords: np.ndarray,
+    rows: np.ndarray,
     flat: np.ndarray,
     sizes: np.ndarray,
     strides: np.ndarray,
     lanes: int,
 ) -> None:  # pragma: no cover
-    """Vector stores in order: ``values[i, :lanes]`` to ``flat`` at ``coords[i]``, out-of-bounds lanes culled."""
+    """Vector stores in order: ``values[i, :lanes]`` to ``flat`` at ``coords[rows[i]]``, out-of-bounds lanes culled."""
     for i in range(values.shape[0]):
-        inside, base = row_base(coords, i, sizes, strides)
+        inside, base = row_base(coords, rows[i], sizes, strides)
         if not inside:
             continue
-        d0 = coords[i, 0]
+        d0 = coords[rows[i], 0]
         if d0 >= 0 and d0 + lanes <= sizes[0]:
             for j in range(lanes):
                 flat[base + d0 + j] = values[i, j]
@@ -383,6 +388,29 @@ def scatter(
             e = d0 + j
             if e >= 0 and e < sizes[0]:
                 flat[base + e] = values[i, j]
+
+
+@numba.njit(cache=True)
+def access_rows(
+    ops: np.ndarray, entries: np.ndarray, access: np.ndarray, members: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Tensor, member, lanes and is-store of each access entry (``entries`` ascending; ``members``: first entries)."""
+    n = entries.shape[0]
+    tensor = np.empty(n, dtype=np.int64)
+    member = np.empty(n, dtype=np.int64)
+    lanes = np.empty(n, dtype=np.int64)
+    store = np.empty(n, dtype=np.bool_)
+    m = -1
+    for i in range(n):
+        e = entries[i]
+        while m + 1 < members.shape[0] and members[m + 1] <= e:
+            m += 1
+        op = ops[e]
+        tensor[i] = access[op, 0]
+        member[i] = m
+        lanes[i] = access[op, 1]
+        store[i] = access[op, 2] == 1
+    return tensor, member, lanes, store
 
 
 @numba.njit(cache=True)

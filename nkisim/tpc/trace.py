@@ -41,6 +41,7 @@ from nkisim.tpc.tape import (  # noqa: F401 (M_*: the memory kinds, used from he
     OPS,
     Op,
     Tables,
+    access_rows,
     column_groups,
     decode,
     expand,
@@ -304,7 +305,7 @@ class Trace:
             return
         self._grow(end)
         ops = self._ops
-        ops[start:end] = _ints(self.seq[start:end])
+        ops[start:end] = np.fromiter(itertools.islice(self.seq, start, None), np.int64, end - start)
         tab = tables()
         self._vent = number_values(ops[:end], start, tab.out, self._vent, self._nval)  # the handles' k
         columns = self._row_columns(tab)
@@ -441,8 +442,8 @@ class Trace:
         """The loads ``ids`` of ``tensor``: a view of it if they step evenly inside it, else a compiled gather."""
         t = self.tensors[tensor]
         flat, lanes, n = t.flat, t.vtype.lanes, ids.shape[0]
-        coords = self._coords[self._crow[ids]]
-        regular, first, step = progression(coords, t.sizes, t.strides, lanes)
+        coords, rows = self._coords, self._crow[ids]
+        regular, first, step = progression(coords, rows, t.sizes, t.strides, lanes)
         if regular and step >= 0:
             values = _strided(flat, first, step, n, lanes)
             values.flags.writeable = False
@@ -452,25 +453,29 @@ class Trace:
         values = np.empty((n, lanes), dtype=flat.dtype)
         uint = _UINT[flat.itemsize]
         pad = np.asarray(t.pad).astype(flat.dtype).reshape(1).view(uint)
-        gather(values.view(uint), coords, flat.view(uint), t.sizes, t.strides, lanes, pad)
+        gather(values.view(uint), coords, rows, flat.view(uint), t.sizes, t.strides, lanes, pad)
         self._add_group(ids, values)
 
     def _apply_stores(self, entries: np.ndarray, ops: np.ndarray) -> None:
         tensors = tables().access[ops[entries], 0]
-        for tensor in dict.fromkeys(tensors.tolist()):
-            sel = entries[tensors == tensor]
+        first = int(tensors[0])
+        if (tensors == first).all():
+            per_tensor = [(first, entries)]
+        else:
+            per_tensor = [(t, entries[tensors == t]) for t in dict.fromkeys(tensors.tolist())]
+        for tensor, sel in per_tensor:
             t = self.tensors[tensor]
             for g in self._views.pop(tensor, ()):  # values still viewing the tensor keep their lanes
                 self._values[g] = self._values[g].copy()
             flat, lanes, n = t.flat, t.vtype.lanes, sel.shape[0]
             values = self._gather(self._src[sel, 0], t.vtype.code)
-            coords = self._coords[self._crow[sel]]
-            regular, first, step = progression(coords, t.sizes, t.strides, lanes)
+            coords, rows = self._coords, self._crow[sel]
+            regular, start, step = progression(coords, rows, t.sizes, t.strides, lanes)
             if regular and (step >= lanes or n == 1):  # disjoint vectors: the order does not matter
-                _strided(flat, first, step, n, lanes)[...] = values
+                _strided(flat, start, step, n, lanes)[...] = values
                 continue
             uint = _UINT[flat.itemsize]
-            scatter(np.ascontiguousarray(values).view(uint), coords, flat.view(uint), t.sizes, t.strides, lanes)
+            scatter(np.ascontiguousarray(values).view(uint), coords, rows, flat.view(uint), t.sizes, t.strides, lanes)
 
     # -- after the run ------------------------------------------------------------------
 
@@ -480,10 +485,9 @@ class Trace:
         ``locate(member, k)`` is the kernel line of the member's ``k``-th access.
         """
         n = np.concatenate(self._acc_n) if self._acc_n else np.zeros(0, dtype=np.int64)
-        coords = self._coords[: self._nc]
-        info = tables().access[self._ops[n]]
-        member = np.searchsorted(np.asarray(member_starts, dtype=np.int64), n, side="right") - 1
-        return AccessLog(info[:, 0].copy(), member, coords, info[:, 1].copy(), info[:, 2] == 1, locate)
+        starts = np.asarray(member_starts, dtype=np.int64)
+        tensor, member, lanes, store = access_rows(self._ops, n, tables().access, starts)
+        return AccessLog(tensor, member, self._coords[: self._nc], lanes, store, locate)
 
     def micro_ops(
         self, members: list[int]
