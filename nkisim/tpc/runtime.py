@@ -171,7 +171,8 @@ class TpcResult:
         )
 
 
-def _as_array(x: Any, what: str, loc: SourceLoc, name: str) -> np.ndarray:
+def _as_array(x: Any, what: str, loc: SourceLoc, name: str, copy: bool = True) -> np.ndarray:
+    """``x`` as a C-contiguous TPC tensor (a copy, or, with ``copy=False``, possibly ``x`` itself)."""
     array = np.ascontiguousarray(x)
     if array.dtype not in BY_DTYPE or array.ndim > 5 or array.ndim == 0:
         raise TpcSignatureError(
@@ -180,7 +181,7 @@ def _as_array(x: Any, what: str, loc: SourceLoc, name: str) -> np.ndarray:
             loc=loc,
             kernel=name,
         )
-    return array.copy()
+    return array.copy() if copy else array
 
 
 def _geometry(a: np.ndarray) -> TensorGeometry:
@@ -387,7 +388,7 @@ def run(
     if order not in ("contiguous", "shuffle"):
         raise ValueError(f"order={order!r}: choose 'contiguous' or 'shuffle'")
     name = getattr(glue_or_kernel, "name", type(glue_or_kernel).__name__)
-    ins = [_as_array(x, f"input {i}", loc, name) for i, x in enumerate(inputs)]
+    ins = [_as_array(x, f"input {i}", loc, name, copy=False) for i, x in enumerate(inputs)]  # copied if stored to
     if outputs is None:
         if not ins:
             raise TpcSignatureError("no inputs and no outputs= given", loc=loc, kernel=name)
@@ -409,7 +410,9 @@ def run(
     _check_signature(plan, n_tensors, cfg)
     roles = ["input"] * len(ins) + ["output"] * len(outs) + ["aux"] * len(plan.aux)
     pads = [plan.pads[i] if i < len(plan.pads) else pad_value for i in range(n_tensors)]
-    states = [TensorState.make(i, a, BY_DTYPE[a.dtype], pads[i], roles[i]) for i, a in enumerate(arrays)]
+    states = [
+        TensorState.make(i, a, BY_DTYPE[a.dtype], pads[i], roles[i], owned=i >= len(ins)) for i, a in enumerate(arrays)
+    ]
     trace = Trace(states, SEMANTICS)
     boxes = partition(plan.geometry, tpcs, order, seed)
     tpc_of = [k % tpcs for k in range(len(boxes))]

@@ -84,6 +84,8 @@ class TensorState:
         strides: element strides per TPC dim.
         pad: the value out-of-bounds loads return.
         role: ``input``, ``output`` or ``aux``.
+        owned: ``data`` is the run's own array; otherwise it is the caller's, and the first store
+            to the tensor copies it (an input no kernel writes is never copied).
     """
 
     index: int
@@ -93,18 +95,26 @@ class TensorState:
     strides: np.ndarray
     pad: float
     role: str
+    owned: bool = True
 
     @classmethod
-    def make(cls, index: int, data: np.ndarray, vtype: VType, pad: float, role: str) -> TensorState:
+    def make(cls, index: int, data: np.ndarray, vtype: VType, pad: float, role: str, owned: bool = True) -> TensorState:
         sizes = np.ones(5, dtype=np.int64)
         dims = data.shape[::-1]
         sizes[: len(dims)] = dims
         strides = np.concatenate(([1], np.cumprod(sizes[:-1]))).astype(np.int64)
-        return cls(index, data, vtype, sizes, strides, pad, role)
+        return cls(index, data, vtype, sizes, strides, pad, role, owned)
 
     @property
     def flat(self) -> np.ndarray:
         return self.data.reshape(-1)
+
+    def own(self) -> bool:
+        """Make ``data`` the run's own copy before it is written; whether it was the caller's until now."""
+        if self.owned:
+            return False
+        self.data, self.owned = self.data.copy(), True
+        return True
 
     def elements(self, coords: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Flat indices ``(n, lanes)`` of vector accesses at ``coords`` ``(n, 5)``, and which are in bounds.
@@ -465,8 +475,10 @@ class Trace:
             per_tensor = [(t, entries[tensors == t]) for t in dict.fromkeys(tensors.tolist())]
         for tensor, sel in per_tensor:
             t = self.tensors[tensor]
-            for g in self._views.pop(tensor, ()):  # values still viewing the tensor keep their lanes
-                self._values[g] = self._values[g].copy()
+            views = self._views.pop(tensor, ())
+            if not t.own():  # values still viewing the tensor keep their lanes (the caller's array is not written)
+                for g in views:
+                    self._values[g] = self._values[g].copy()
             flat, lanes, n = t.flat, t.vtype.lanes, sel.shape[0]
             values = self._gather(self._src[sel, 0], t.vtype.code)
             coords, rows = self._coords, self._crow[sel]
