@@ -132,32 +132,31 @@ def _patterns_ok(
     member: np.ndarray,
     lanes: np.ndarray,
     sizes: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    dims: np.ndarray,
-    bounds: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    checked: np.ndarray,
 ) -> bool:  # pragma: no cover
-    """Every access ``rows`` of a tensor (clipped to it) inside ``a*i + [start_b, end_b]`` of its member, per dim."""
-    first = np.empty(5, dtype=np.int64)
-    last = np.empty(5, dtype=np.int64)
+    """Every access ``rows`` of a tensor (clipped to it) inside its member's range, per checked dim.
+
+    ``low[m, d]``..``high[m, d]``: the elements of dim ``d`` member ``m`` may touch (``a*i + [start_b, end_b]``).
+    """
     for i in rows:
         inside = True
         for d in range(5):
             f = coords[i, d]
             e = f + (lanes[i] - 1 if d == 0 else 0)
-            first[d] = f if f > 0 else 0
-            last[d] = e if e < sizes[d] - 1 else sizes[d] - 1
-            if first[d] > last[d]:
+            if (f if f > 0 else 0) > (e if e < sizes[d] - 1 else sizes[d] - 1):
                 inside = False
+                break
         if not inside:
             continue
         m = member[i]
-        for d in range(dims.shape[0]):
-            a, sb, eb = bounds[d, 0], bounds[d, 1], bounds[d, 2]
-            if sizes[d] == 1 and d > 0 and a == 0 and sb == 0 and eb == 0:
+        for d in range(checked.shape[0]):
+            if not checked[d]:
                 continue
-            j = dims[d]
-            if first[d] < a * lo[m, j] + sb or last[d] > a * (hi[m, j] - 1) + eb:
+            f = coords[i, d]
+            e = f + (lanes[i] - 1 if d == 0 else 0)
+            if (f if f > 0 else 0) < low[m, d] or (e if e < sizes[d] - 1 else sizes[d] - 1) > high[m, d]:
                 return False
     return True
 
@@ -216,9 +215,20 @@ class Footprint:
                 continue
             sizes = self.tensors[t].sizes
             maps = pattern.mapping[:5]
-            dims = np.array([m.indexSpaceDim for m in maps], dtype=np.int64)
-            bounds = np.array([[m.a, m.start_b, m.end_b] for m in maps], dtype=np.float64).reshape(-1, 3)
-            if _patterns_ok(sel, r["coords"], r["member"], r["lanes"], sizes, lo, hi, dims, bounds):
+            checked = np.array(
+                [
+                    not (sizes[d] == 1 and d > 0 and m.a == 0 and m.start_b == 0 and m.end_b == 0)
+                    for d, m in enumerate(maps)
+                ],
+                dtype=np.bool_,
+            )
+            low = np.zeros((lo.shape[0], len(maps)))
+            high = np.zeros((lo.shape[0], len(maps)))
+            for d, m in enumerate(maps):
+                a, j = np.float64(m.a), m.indexSpaceDim
+                low[:, d] = a * lo[:, j] + np.float64(m.start_b)
+                high[:, d] = a * (hi[:, j] - 1) + np.float64(m.end_b)
+            if _patterns_ok(sel, r["coords"], r["member"], r["lanes"], sizes, low, high, checked):
                 continue  # the common case; the numpy pass below finds and describes the violation
             coords, member, lanes = r["coords"][sel], r["member"][sel], r["lanes"][sel]
             first = coords.copy()
