@@ -230,7 +230,7 @@ class Footprint:
                 high[:, d] = a * (hi[:, j] - 1) + np.float64(m.end_b)
             if _patterns_ok(sel, r["coords"], r["member"], r["lanes"], sizes, low, high, checked):
                 continue  # the common case; the numpy pass below finds and describes the violation
-            coords, member, lanes = r["coords"][sel], r["member"][sel], r["lanes"][sel]
+            coords, member, lanes = r["coords"][sel].astype(np.int64), r["member"][sel], r["lanes"][sel]
             first = coords.copy()
             last = coords.copy()
             last[:, 0] += lanes - 1

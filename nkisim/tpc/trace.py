@@ -121,6 +121,7 @@ class TensorState:
 
         The mask is None when every lane of every access is in bounds (the common case).
         """
+        coords = coords.astype(np.int64)
         sizes = self.sizes
         d0 = coords[:, 0]
         inside = np.all((coords[:, 1:] >= 0) & (coords[:, 1:] < sizes[1:]), axis=1)
@@ -215,7 +216,7 @@ class Trace:
         self.base = 0
         cap = 1024
         self._ops = np.zeros(cap, dtype=np.int64)
-        self._src = np.full((cap, MAX_OPERANDS), -1, dtype=np.int64)
+        self._src = np.full((cap, 1), -1, dtype=np.int64)  # as many columns as the opcodes so far use
         self._level = np.zeros(cap, dtype=np.int64)
         self._fidx = np.zeros(cap, dtype=np.int64)
         self._crow = np.zeros(cap, dtype=np.int64)
@@ -226,7 +227,7 @@ class Trace:
         self._values: list[np.ndarray] = []  # per group, its values (rows = entries)
         self._views: dict[int, list[int]] = {}  # tensor -> groups whose values may view it
         self._fvals = np.zeros(0, dtype=np.float64)  # the float scalars (the first _nf)
-        self._coords = np.zeros((0, 5), dtype=np.int64)  # the accesses' coordinates (the first _nc)
+        self._coords = np.zeros((0, 5), dtype=np.int32)  # the accesses' coordinates (the first _nc)
         self._nf = self._nc = 0
         self._acc_n: list[np.ndarray] = []
 
@@ -258,17 +259,20 @@ class Trace:
 
     # -- evaluation ---------------------------------------------------------------------
 
-    def _grow(self, end: int) -> None:
-        cap = self._ops.shape[0]
-        if end <= cap:
+    def _grow(self, end: int, width: int) -> None:
+        """Room for ``end`` entries with ``width`` operand columns."""
+        cap, had = self._ops.shape[0], self._src.shape[1]
+        if end <= cap and width <= had:
             return
-        new = max(end, 2 * cap)
-        for name in ("_ops", "_src", "_level", "_fidx", "_crow", "_group", "_row"):
+        new = max(end, 2 * cap) if end > cap else cap
+        for name in ("_ops", "_level", "_fidx", "_crow", "_group", "_row"):
             old = getattr(self, name)
-            shape = (new, *old.shape[1:])
-            grown = np.full(shape, -1, dtype=old.dtype) if name == "_src" else np.empty(shape, dtype=old.dtype)
+            grown = np.empty(new, dtype=old.dtype)
             grown[:cap] = old
             setattr(self, name, grown)
+        src = np.full((new, max(width, had)), -1, dtype=np.int64)
+        src[:cap, :had] = self._src
+        self._src = src
 
     def _columns(self) -> tuple[np.ndarray, int, int]:
         """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base)."""
@@ -282,7 +286,7 @@ class Trace:
         if self.cb:
             new = np.frombuffer(bytes(self.cb), dtype=np.int32).reshape(-1, 5)
             self.cb.clear()
-            self._coords = _append(self._coords, cbase, new)
+            self._coords = new if cbase == 0 else _append(self._coords, cbase, new)
             self._nc += new.shape[0]
         return xs, fbase, cbase
 
@@ -313,10 +317,11 @@ class Trace:
         start, end = self.base, len(self.seq)
         if end == start:
             return
-        self._grow(end)
-        ops = self._ops
-        ops[start:end] = np.fromiter(itertools.islice(self.seq, start, None), np.int64, end - start)
+        new = np.fromiter(itertools.islice(self.seq, start, None), np.int64, end - start)
         tab = tables()
+        self._grow(end, int(tab.width[new].max()))
+        ops = self._ops
+        ops[start:end] = new
         self._vent = number_values(ops[:end], start, tab.out, self._vent, self._nval)  # the handles' k
         columns = self._row_columns(tab)
         xs, fbase, cbase = self._columns()
