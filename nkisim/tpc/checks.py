@@ -24,7 +24,8 @@ from nkisim.errors import SourceLoc
 from nkisim.tpc.errors import TpcAccessPatternError, TpcRaceError, TpcUnwrittenOutputError
 from nkisim.tpc.glue import TensorAccessPattern
 from nkisim.tpc.tape import progression, row_base
-from nkisim.tpc.trace import AccessLog, TensorState
+from nkisim.tpc.trace import AccessLog
+from nkisim.tpc.values import TensorState
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:

@@ -48,8 +48,9 @@ from nkisim.tpc.glue import (
 )
 from nkisim.tpc.schedule import latency_matrix, schedule_member
 from nkisim.tpc.semantics import SEMANTICS
-from nkisim.tpc.trace import SLOT_NAMES, TensorState, Trace, code_line
+from nkisim.tpc.trace import SLOT_NAMES, Trace, code_line
 from nkisim.tpc.types import BY_DTYPE
+from nkisim.tpc.values import TensorState
 
 #: A tensor parameter of a kernel (an opaque int handle, as in TPC-C).
 tensor = NewType("tensor", int)

@@ -46,7 +46,7 @@ def _f(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if _is_bf16(x) or x.dtype == np.float16 else x
 
 
-_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+_BINARY: dict[str, np.ufunc] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
@@ -55,6 +55,10 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 for _name, _ufunc in _BINARY.items():
     _register(_name, lambda a, s, u=_ufunc: u(_f(a[0]), _f(a[1])))
+
+#: Semantics that are one ufunc on their operands when those are of the result's type (other than
+#: the 16-bit floats, computed in float32), so that ``ufunc(*args, out=rows)`` gives their result.
+INTO: dict[int, np.ufunc] = {SEM[name]: ufunc for name, ufunc in _BINARY.items()}
 
 _register("abs", lambda a, s: np.abs(a[0]))
 _register("mov", lambda a, s: a[0])

@@ -27,6 +27,11 @@ PREV = -2
 #: Memory kinds of micro-ops: none, tensor load and store, VLM load and store, LOOKUP.
 M_NONE, M_GLD, M_GST, M_LLD, M_LST, M_LOOKUP = range(6)
 
+#: Operand kinds in a key's pattern, besides a vector operand's type code (>= 0): a scalar of the
+#: type with code ``c`` is ``SCALAR - c``; int5 coordinates are ``COORDS``.
+SCALAR = -10
+COORDS = -2
+
 #: Operand layouts. ``L_ROWS``: operands in a per-opcode row tuple (:meth:`Trace.entry`). The others
 #: are column layouts: two vector handles (``L_VV``), a vector handle and a float scalar (``L_VS``),
 #: one vector handle (``L_V``), a tensor load (``L_LD``: coordinates and call site) and a tensor

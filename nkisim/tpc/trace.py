@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from nkisim.errors import SourceLoc
-from nkisim.tpc.tape import (  # noqa: F401 (M_*: the memory kinds, used from here)
+from nkisim.tpc.tape import (  # noqa: F401 (M_*, SCALAR, COORDS: imported from here)
+    COORDS,
     L_LD,
     L_ST,
     L_V,
@@ -37,100 +38,28 @@ from nkisim.tpc.tape import (  # noqa: F401 (M_*: the memory kinds, used from he
     M_LOOKUP,
     M_LST,
     M_NONE,
-    MAX_OPERANDS,
     OPS,
+    SCALAR,
     Op,
     Tables,
     access_rows,
     column_groups,
     decode,
     expand,
-    gather,
     member_bodies,
     number_values,
     opcode,
     operand_roles,
-    progression,
-    row_step,
-    scatter,
     tables,
 )
 from nkisim.tpc.types import BY_CODE, Vec, VType, handles
-
-#: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
-Semantics = Callable[[list[np.ndarray], tuple[Any, ...]], np.ndarray]
-
-#: Operand kinds in a node's pattern, besides a vector operand's type code (>= 0): a scalar of the
-#: type with code ``c`` is ``SCALAR - c``; int5 coordinates are ``COORDS``.
-SCALAR = -10
-COORDS = -2
+from nkisim.tpc.values import Semantics, TensorState, Values
 
 # micro-op slots, producer latency classes, consumer operand kinds and memory kinds
 LOAD, SPU, VPU, STORE = 0, 1, 2, 3
 SLOT_NAMES = ("load", "spu", "vpu", "store")
 C_LD, C_VPU, C_FMA, C_CMP, C_SHUF, C_MDG, C_LOOKUP, C_NONE = range(8)
 K_SRC, K_ACC, K_PRED, K_STV = range(4)
-
-
-@dataclass
-class TensorState:
-    """One kernel tensor: its data as a flat array, its TPC shape (dim0 first) and pad value.
-
-    Attributes:
-        index: its number among the kernel's tensors (inputs, outputs, auxiliary).
-        data: the numpy array (C order; its last axis is TPC dim0).
-        vtype: the vector type that loads it.
-        sizes: the TPC sizes, dim0 first, padded to 5 dims with 1.
-        strides: element strides per TPC dim.
-        pad: the value out-of-bounds loads return.
-        role: ``input``, ``output`` or ``aux``.
-        owned: ``data`` is the run's own array; otherwise it is the caller's, and the first store
-            to the tensor copies it (an input no kernel writes is never copied).
-    """
-
-    index: int
-    data: np.ndarray
-    vtype: VType
-    sizes: np.ndarray
-    strides: np.ndarray
-    pad: float
-    role: str
-    owned: bool = True
-
-    @classmethod
-    def make(cls, index: int, data: np.ndarray, vtype: VType, pad: float, role: str, owned: bool = True) -> TensorState:
-        sizes = np.ones(5, dtype=np.int64)
-        dims = data.shape[::-1]
-        sizes[: len(dims)] = dims
-        strides = np.concatenate(([1], np.cumprod(sizes[:-1]))).astype(np.int64)
-        return cls(index, data, vtype, sizes, strides, pad, role, owned)
-
-    @property
-    def flat(self) -> np.ndarray:
-        return self.data.reshape(-1)
-
-    def own(self) -> bool:
-        """Make ``data`` the run's own copy before it is written; whether it was the caller's until now."""
-        if self.owned:
-            return False
-        self.data, self.owned = self.data.copy(), True
-        return True
-
-    def elements(self, coords: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Flat indices ``(n, lanes)`` of vector accesses at ``coords`` ``(n, 5)``, and which are in bounds.
-
-        The mask is None when every lane of every access is in bounds (the common case).
-        """
-        coords = coords.astype(np.int64)
-        sizes = self.sizes
-        d0 = coords[:, 0]
-        inside = np.all((coords[:, 1:] >= 0) & (coords[:, 1:] < sizes[1:]), axis=1)
-        base = coords[:, 1:] @ self.strides[1:]
-        index = (base + d0)[:, None] + np.arange(lanes)
-        if inside.all() and d0.min(initial=0) >= 0 and d0.max(initial=0) + lanes <= sizes[0]:
-            return index, None
-        dim0 = d0[:, None] + np.arange(lanes)
-        return index, (dim0 >= 0) & (dim0 < sizes[0]) & inside[:, None]
 
 
 def _append(buffer: np.ndarray, used: int, rows: np.ndarray) -> np.ndarray:
@@ -220,12 +149,10 @@ class Trace:
         self._level = np.zeros(cap, dtype=np.int64)
         self._fidx = np.zeros(cap, dtype=np.int64)
         self._crow = np.zeros(cap, dtype=np.int64)
-        self._group = np.zeros(cap, dtype=np.int64)  # the group holding each entry's value, and its row there
-        self._row = np.zeros(cap, dtype=np.int64)
         self._vent = np.zeros((_CODES, cap), dtype=np.int64)  # [type code, k]: the entry of value k
         self._nval = np.zeros(_CODES, dtype=np.int64)
-        self._values: list[np.ndarray] = []  # per group, its values (rows = entries)
-        self._views: dict[int, list[int]] = {}  # tensor -> groups whose values may view it
+        self.values = Values(tensors, semantics)
+        self.values.grow(cap)
         self._fvals = np.zeros(0, dtype=np.float64)  # the float scalars (the first _nf)
         self._coords = np.zeros((0, 5), dtype=np.int32)  # the accesses' coordinates (the first _nc)
         self._nf = self._nc = 0
@@ -265,7 +192,8 @@ class Trace:
         if end <= cap and width <= had:
             return
         new = max(end, 2 * cap) if end > cap else cap
-        for name in ("_ops", "_level", "_fidx", "_crow", "_group", "_row"):
+        self.values.grow(new)
+        for name in ("_ops", "_level", "_fidx", "_crow"):
             old = getattr(self, name)
             grown = np.empty(new, dtype=old.dtype)
             grown[:cap] = old
@@ -357,20 +285,58 @@ class Trace:
                 groups.append((v, op, ids[sel], subset))
         groups += self._column_groups(start, tab.size)
         groups.sort(key=lambda g: g[0])
-        for _, op, ids, operands in groups:
-            if OPS[op].layout == L_LD:
-                self._load(ids, OPS[op].key[2][0])
-            else:
-                self._run_group(ids, OPS[op].key, operands)
-        self.base = end
         lay = tab.layout[ops[start:end]]
+        stores = self._stores(start + np.flatnonzero(lay == L_ST))
+        into = self._targets(stores, groups)
+        values = self.values
+        for i, (_, op, ids, operands) in enumerate(groups):
+            if OPS[op].layout == L_LD:
+                values.load(ids, OPS[op].key[2][0], self._coords, self._crow[ids])
+            else:
+                values.run(ids, OPS[op].key, operands, into.get(i))
+        self.base = end
         access = start + np.flatnonzero(lay >= L_LD)
         if access.size:
             self._acc_n.append(access)
-            stores = start + np.flatnonzero(lay == L_ST)
-            if stores.size:
-                self._apply_stores(stores, ops)
+        done = {into[i][0] for i in into}
+        for tensor, sel in stores:
+            if tensor not in done:
+                values.store(tensor, self._src[sel, 0], self._coords, self._crow[sel])
         self._clean()
+
+    def _stores(self, entries: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """The store entries ``entries`` per tensor: (tensor, its stores in program order)."""
+        if not entries.size:
+            return []
+        tensors = tables().access[self._ops[entries], 0]
+        first = int(tensors[0])
+        if (tensors == first).all():
+            return [(first, entries)]
+        return [(t, entries[tensors == t]) for t in dict.fromkeys(tensors.tolist())]
+
+    def _targets(
+        self, stores: list[tuple[int, np.ndarray]], groups: list[tuple[int, int, np.ndarray, list[Any]]]
+    ) -> dict[int, tuple[int, np.ndarray]]:
+        """Groups computed straight into a tensor (:meth:`Values.target`): group index -> (tensor, view)."""
+        into: dict[int, tuple[int, np.ndarray]] = {}
+        if not stores:
+            return into
+        loaded = {OPS[op].key[2][0] for _, op, _, _ in groups if OPS[op].layout == L_LD}
+        for tensor, sel in stores:
+            if tensor in loaded:
+                continue
+            values = self._src[sel, 0]
+            for i, (_, op, ids, _) in enumerate(groups):
+                if ids.shape == values.shape and ids[0] == values[0] and np.array_equal(ids, values):
+                    view = (
+                        None
+                        if i in into
+                        else self.values.target(tensor, values, self._coords, self._crow[sel], OPS[op].key)
+                    )
+                    if view is not None:
+                        into[i] = (tensor, view)
+                    break
+        return into
 
     def _column_groups(self, start: int, width: int) -> list[tuple[int, int, np.ndarray, list[Any]]]:
         """The column-recorded entries from ``start`` on with a value, grouped by dataflow depth and opcode."""
@@ -399,100 +365,6 @@ class Trace:
             self.ld_fast[t.vtype.code][tensor] = tensor_opcode(t.vtype, tensor, False)
         self.dirty.clear()
         self.forget_stores()
-
-    def _add_group(self, ids: np.ndarray, values: np.ndarray) -> None:
-        """``values`` (rows in the order of ``ids``) become the values of the entries ``ids``."""
-        g = len(self._values)
-        self._values.append(values)
-        self._group[ids] = g
-        self._row[ids] = np.arange(ids.shape[0])
-        for tensor in self._views:
-            if np.may_share_memory(values, self.tensors[tensor].data):
-                self._views[tensor].append(g)
-
-    def _gather(self, entries: np.ndarray, code: int) -> np.ndarray:
-        """The values of ``entries`` (of type ``code``) as rows: a view of their group's values when they can be."""
-        same, g, first, step = row_step(entries, self._group, self._row)
-        if same:
-            values, n = self._values[g], entries.shape[0]
-            if step == 1 and first == 0 and n == values.shape[0]:
-                return values
-            if step >= 1:
-                return values[first : first + step * (n - 1) + 1 : step]
-            return values[self._row[entries]]
-        vt = BY_CODE[code]
-        group, row = self._group[entries], self._row[entries]
-        out = np.empty((entries.shape[0], vt.lanes), dtype=vt.dtype)
-        for g in np.unique(group).tolist():
-            sel = group == g
-            out[sel] = self._values[g][row[sel]]
-        return out
-
-    def _operand(self, column: Any, kind: int) -> np.ndarray:
-        if kind >= 0:
-            return self._gather(np.asarray(column, dtype=np.int64), kind)
-        dtype = BY_CODE[SCALAR - kind].dtype
-        values = np.array(column, dtype=np.float64 if dtype.kind in "fV" else np.int64)
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            values = np.clip(values, info.min, info.max)
-        return values.astype(dtype)[:, None]
-
-    def _run_group(self, ids: np.ndarray, key: tuple[Any, ...], operands: list[Any]) -> None:
-        sem, pattern, statics, out_code, _, vb = key
-        args = [self._operand(operands[p], kind) for p, kind in enumerate(pattern)]
-        data = args[:-2] if vb is not None else args
-        result = self.semantics[sem](data, statics)
-        if vb is not None:
-            result = np.where(args[-2] != vb, result, args[-1])
-        out = BY_CODE[out_code]
-        if type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes):
-            rows = np.ascontiguousarray(result)
-        else:
-            rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
-            rows[...] = result
-        self._add_group(ids, rows)
-
-    def _load(self, ids: np.ndarray, tensor: int) -> None:
-        """The loads ``ids`` of ``tensor``: a view of it if they step evenly inside it, else a compiled gather."""
-        t = self.tensors[tensor]
-        flat, lanes, n = t.flat, t.vtype.lanes, ids.shape[0]
-        coords, rows = self._coords, self._crow[ids]
-        regular, first, step = progression(coords, rows, t.sizes, t.strides, lanes)
-        if regular and step >= 0:
-            values = _strided(flat, first, step, n, lanes)
-            values.flags.writeable = False
-            self._views.setdefault(tensor, [])  # a tensor with views to watch
-            self._add_group(ids, values)
-            return
-        values = np.empty((n, lanes), dtype=flat.dtype)
-        uint = _UINT[flat.itemsize]
-        pad = np.asarray(t.pad).astype(flat.dtype).reshape(1).view(uint)
-        gather(values.view(uint), coords, rows, flat.view(uint), t.sizes, t.strides, lanes, pad)
-        self._add_group(ids, values)
-
-    def _apply_stores(self, entries: np.ndarray, ops: np.ndarray) -> None:
-        tensors = tables().access[ops[entries], 0]
-        first = int(tensors[0])
-        if (tensors == first).all():
-            per_tensor = [(first, entries)]
-        else:
-            per_tensor = [(t, entries[tensors == t]) for t in dict.fromkeys(tensors.tolist())]
-        for tensor, sel in per_tensor:
-            t = self.tensors[tensor]
-            views = self._views.pop(tensor, ())
-            if not t.own():  # values still viewing the tensor keep their lanes (the caller's array is not written)
-                for g in views:
-                    self._values[g] = self._values[g].copy()
-            flat, lanes, n = t.flat, t.vtype.lanes, sel.shape[0]
-            values = self._gather(self._src[sel, 0], t.vtype.code)
-            coords, rows = self._coords, self._crow[sel]
-            regular, start, step = progression(coords, rows, t.sizes, t.strides, lanes)
-            if regular and (step >= lanes or n == 1):  # disjoint vectors: the order does not matter
-                _strided(flat, start, step, n, lanes)[...] = values
-                continue
-            uint = _UINT[flat.itemsize]
-            scatter(np.ascontiguousarray(values).view(uint), coords, rows, flat.view(uint), t.sizes, t.strides, lanes)
 
     # -- after the run ------------------------------------------------------------------
 
@@ -557,13 +429,4 @@ class AccessLog:
         return self.locate(member, row - first)
 
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _CODES = max(BY_CODE) + 1
-
-
-def _strided(flat: np.ndarray, first: int, step: int, n: int, lanes: int) -> np.ndarray:
-    """The ``(n, lanes)`` view of ``flat`` whose row ``i`` starts at ``first + i * step``."""
-    if step == lanes:
-        return flat[first : first + n * lanes].reshape(n, lanes)
-    size = flat.itemsize
-    return np.lib.stride_tricks.as_strided(flat[first:], shape=(n, lanes), strides=(step * size, size))

@@ -1,0 +1,246 @@
+"""The tensors of a run, and the values of its evaluated entries, kept per group.
+
+:meth:`nkisim.tpc.trace.Trace.flush` evaluates entries in *groups* (one opcode at one dataflow
+depth, of every member at once); :class:`Values` keeps each group's results as one ``(rows, lanes)``
+array and knows, for every entry, its group and row. An operand that is a whole group, or an evenly
+stepping run of one group's rows, is a view of it, so a pipeline of groups copies nothing.
+
+Tensor loads that step evenly inside a tensor (the usual grid walk) are views of the tensor; before
+a store writes a tensor, the values still viewing it are copied. Stores that fill disjoint vectors
+evenly are one slice assignment, and when all of a tensor's stores in a flush write the values of
+one elementwise group, in order, that group is computed straight into the tensor. Anything else
+takes the compiled gather and scatter of :mod:`nkisim.tpc.tape`. Results are the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nkisim.tpc.semantics import INTO
+from nkisim.tpc.tape import SCALAR, gather, progression, row_step, scatter
+from nkisim.tpc.types import BY_CODE, VType
+
+#: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
+Semantics = Callable[[list[np.ndarray], tuple[Any, ...]], np.ndarray]
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@dataclass
+class TensorState:
+    """One kernel tensor: its data as a flat array, its TPC shape (dim0 first) and pad value.
+
+    Attributes:
+        index: its number among the kernel's tensors (inputs, outputs, auxiliary).
+        data: the numpy array (C order; its last axis is TPC dim0).
+        vtype: the vector type that loads it.
+        sizes: the TPC sizes, dim0 first, padded to 5 dims with 1.
+        strides: element strides per TPC dim.
+        pad: the value out-of-bounds loads return.
+        role: ``input``, ``output`` or ``aux``.
+        owned: ``data`` is the run's own array; otherwise it is the caller's, and the first store
+            to the tensor copies it (an input no kernel writes is never copied).
+    """
+
+    index: int
+    data: np.ndarray
+    vtype: VType
+    sizes: np.ndarray
+    strides: np.ndarray
+    pad: float
+    role: str
+    owned: bool = True
+
+    @classmethod
+    def make(cls, index: int, data: np.ndarray, vtype: VType, pad: float, role: str, owned: bool = True) -> TensorState:
+        sizes = np.ones(5, dtype=np.int64)
+        dims = data.shape[::-1]
+        sizes[: len(dims)] = dims
+        strides = np.concatenate(([1], np.cumprod(sizes[:-1]))).astype(np.int64)
+        return cls(index, data, vtype, sizes, strides, pad, role, owned)
+
+    @property
+    def flat(self) -> np.ndarray:
+        return self.data.reshape(-1)
+
+    def own(self) -> bool:
+        """Make ``data`` the run's own copy before it is written; whether it was the caller's until now."""
+        if self.owned:
+            return False
+        self.data, self.owned = self.data.copy(), True
+        return True
+
+    def elements(self, coords: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Flat indices ``(n, lanes)`` of vector accesses at ``coords`` ``(n, 5)``, and which are in bounds.
+
+        The mask is None when every lane of every access is in bounds (the common case).
+        """
+        coords = coords.astype(np.int64)
+        sizes = self.sizes
+        d0 = coords[:, 0]
+        inside = np.all((coords[:, 1:] >= 0) & (coords[:, 1:] < sizes[1:]), axis=1)
+        base = coords[:, 1:] @ self.strides[1:]
+        index = (base + d0)[:, None] + np.arange(lanes)
+        if inside.all() and d0.min(initial=0) >= 0 and d0.max(initial=0) + lanes <= sizes[0]:
+            return index, None
+        dim0 = d0[:, None] + np.arange(lanes)
+        return index, (dim0 >= 0) & (dim0 < sizes[0]) & inside[:, None]
+
+
+class Values:
+    """The values of a trace's evaluated entries, per group, and the loads and stores of its tensors.
+
+    Attributes:
+        tensors: the run's tensors.
+        semantics: the batched semantics, by id.
+        arrays: each group's values (row ``i`` is the value of the group's ``i``-th entry).
+        group, row: per entry, its group and row (for the entries evaluated so far).
+        views: tensor -> groups whose values may view it (copied before the tensor is written).
+    """
+
+    def __init__(self, tensors: list[TensorState], semantics: list[Semantics]) -> None:
+        self.tensors = tensors
+        self.semantics = semantics
+        self.arrays: list[np.ndarray] = []
+        self.group = np.zeros(0, dtype=np.int64)
+        self.row = np.zeros(0, dtype=np.int64)
+        self.views: dict[int, list[int]] = {}
+
+    def grow(self, cap: int) -> None:
+        """Room for ``cap`` entries."""
+        old = self.group.shape[0]
+        if cap > old:
+            for name in ("group", "row"):
+                grown = np.empty(cap, dtype=np.int64)
+                grown[:old] = getattr(self, name)
+                setattr(self, name, grown)
+
+    def add(self, ids: np.ndarray, values: np.ndarray) -> None:
+        """``values`` (rows in the order of ``ids``) become the values of the entries ``ids``."""
+        g = len(self.arrays)
+        self.arrays.append(values)
+        self.group[ids] = g
+        self.row[ids] = np.arange(ids.shape[0])
+        for tensor in self.views:
+            if np.may_share_memory(values, self.tensors[tensor].data):
+                self.views[tensor].append(g)
+
+    def rows(self, entries: np.ndarray, code: int) -> np.ndarray:
+        """The values of ``entries`` (of type ``code``) as rows: a view of their group's values when they can be."""
+        same, g, first, step = row_step(entries, self.group, self.row)
+        if same:
+            values, n = self.arrays[g], entries.shape[0]
+            if step == 1 and first == 0 and n == values.shape[0]:
+                return values
+            if step >= 1:
+                return values[first : first + step * (n - 1) + 1 : step]
+            return values[self.row[entries]]
+        vt = BY_CODE[code]
+        group, row = self.group[entries], self.row[entries]
+        out = np.empty((entries.shape[0], vt.lanes), dtype=vt.dtype)
+        for g in np.unique(group).tolist():
+            sel = group == g
+            out[sel] = self.arrays[g][row[sel]]
+        return out
+
+    def operand(self, column: Any, kind: int) -> np.ndarray:
+        """One operand of a group: ``column`` holds entries (``kind`` a type code) or scalars (``SCALAR - code``)."""
+        if kind >= 0:
+            return self.rows(np.asarray(column, dtype=np.int64), kind)
+        dtype = BY_CODE[SCALAR - kind].dtype
+        values = np.array(column, dtype=np.float64 if dtype.kind in "fV" else np.int64)
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            values = np.clip(values, info.min, info.max)
+        return values.astype(dtype)[:, None]
+
+    def run(self, ids: np.ndarray, key: tuple[Any, ...], operands: list[Any], into: Any = None) -> None:
+        """Evaluate the group ``ids`` of the value key ``key``; ``into``: ``(tensor, view)`` to compute it in."""
+        sem, pattern, statics, out_code, _, vb = key
+        args = [self.operand(operands[p], kind) for p, kind in enumerate(pattern)]
+        if into is not None:
+            INTO[sem](*args, out=into[1])
+            self.views.setdefault(into[0], [])
+            self.add(ids, into[1])
+            return
+        data = args[:-2] if vb is not None else args
+        result = self.semantics[sem](data, statics)
+        if vb is not None:
+            result = np.where(args[-2] != vb, result, args[-1])
+        out = BY_CODE[out_code]
+        if type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes):
+            rows = np.ascontiguousarray(result)
+        else:
+            rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
+            rows[...] = result
+        self.add(ids, rows)
+
+    def load(self, ids: np.ndarray, tensor: int, coords: np.ndarray, at: np.ndarray) -> None:
+        """Loads ``ids`` of ``tensor`` at ``coords[at]``: a view of it if they step evenly inside it, else gathered."""
+        t = self.tensors[tensor]
+        flat, lanes, n = t.flat, t.vtype.lanes, ids.shape[0]
+        regular, first, step = progression(coords, at, t.sizes, t.strides, lanes)
+        if regular and step >= 0:
+            values = _strided(flat, first, step, n, lanes)
+            values.flags.writeable = False
+            self.views.setdefault(tensor, [])  # a tensor with views to watch
+            self.add(ids, values)
+            return
+        values = np.empty((n, lanes), dtype=flat.dtype)
+        uint = _UINT[flat.itemsize]
+        pad = np.asarray(t.pad).astype(flat.dtype).reshape(1).view(uint)
+        gather(values.view(uint), coords, at, flat.view(uint), t.sizes, t.strides, lanes, pad)
+        self.add(ids, values)
+
+    def target(
+        self, tensor: int, values: np.ndarray, coords: np.ndarray, at: np.ndarray, key: tuple[Any, ...]
+    ) -> np.ndarray | None:
+        """Where the group of value key ``key`` can be computed straight into ``tensor``, or None.
+
+        It can when its entries are the values of all of the tensor's stores in the flush (``values``,
+        at ``coords[at]``), in order, the stores fill disjoint vectors evenly inside the tensor, nothing
+        views the tensor, and the key is an elementwise operation on operands of the tensor's type.
+        """
+        t = self.tensors[tensor]
+        sem, pattern, _, out_code, _, vb = key
+        dtype = t.flat.dtype
+        if vb is not None or sem not in INTO or tensor in self.views or BY_CODE[out_code].dtype != dtype:
+            return None
+        if dtype.kind not in "iu" and dtype != np.float32:  # 16-bit floats compute in float32
+            return None
+        if any(BY_CODE[k if k >= 0 else SCALAR - k].dtype != dtype for k in pattern):
+            return None
+        lanes, n = t.vtype.lanes, values.shape[0]
+        regular, first, step = progression(coords, at, t.sizes, t.strides, lanes)
+        if not regular or (step < lanes and n > 1):
+            return None
+        t.own()
+        return _strided(t.flat, first, step, n, lanes)
+
+    def store(self, tensor: int, values: np.ndarray, coords: np.ndarray, at: np.ndarray) -> None:
+        """Stores to ``tensor`` in program order: the values of entries ``values`` at ``coords[at]``."""
+        t = self.tensors[tensor]
+        views = self.views.pop(tensor, ())
+        if not t.own():  # values still viewing the tensor keep their lanes (the caller's array is not written)
+            for g in views:
+                self.arrays[g] = self.arrays[g].copy()
+        flat, lanes, n = t.flat, t.vtype.lanes, values.shape[0]
+        rows = self.rows(values, t.vtype.code)
+        regular, first, step = progression(coords, at, t.sizes, t.strides, lanes)
+        if regular and (step >= lanes or n == 1):  # disjoint vectors: the order does not matter
+            _strided(flat, first, step, n, lanes)[...] = rows
+            return
+        uint = _UINT[flat.itemsize]
+        scatter(np.ascontiguousarray(rows).view(uint), coords, at, flat.view(uint), t.sizes, t.strides, lanes)
+
+
+def _strided(flat: np.ndarray, first: int, step: int, n: int, lanes: int) -> np.ndarray:
+    """The ``(n, lanes)`` view of ``flat`` whose row ``i`` starts at ``first + i * step``."""
+    if step == lanes:
+        return flat[first : first + n * lanes].reshape(n, lanes)
+    size = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[first:], shape=(n, lanes), strides=(step * size, size))
