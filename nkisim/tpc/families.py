@@ -322,8 +322,7 @@ def _record_access(ctx: Any, op: int, coords: Any, value: Any) -> int:
     t = ctx._t
     view = coords_view(ctx, coords)
     t.cb.extend(_coords(coords) if view is None else view)
-    n = len(t.seq)
-    t.seq.append(op)
+    n = t.push(op)
     if value is not None:
         t.xs.append(value)
     if t.locating:

@@ -2,7 +2,8 @@
 
 ``ctx.v_f32_ld_tnsr_b`` and the like are :class:`PerContext` descriptors: on a context, the first
 access builds a closure bound to that context's trace columns and caches it on the context, so a
-call is one Python frame that appends its opcode and operands to flat lists and returns the handle.
+call is one Python frame that appends its opcode (as the trace's byte for it) and operands to flat
+lists and returns the next handle of its result type.
 A call the closure does not cover (predicated, a type error, a tensor with stores pending, other
 coordinates than a numpy int32[5]) goes to the class's method, which checks and records it in full.
 On the class, the attribute is that method. The closures do not record the calling line of a
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nkisim.tpc.trace import WIDE
 from nkisim.tpc.types import VEC_OF, Vec
 
 _I32 = np.dtype(np.int32)
@@ -44,6 +46,15 @@ class PerContext:
         fn.__doc__ = self.plain.__doc__
         obj.__dict__[self.plain.__name__] = fn
         return fn
+
+
+def _full(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
+    """Every call through the full method (the opcodes have no byte of their own in this trace)."""
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        return plain(ctx, *args, **kwargs)
+
+    return full
 
 
 def coords_view(ctx: Any, coords: Any) -> memoryview | None:
@@ -127,6 +138,9 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
+        code_vv, code_vs = t.code(op_vv), t.code(op_vs) if op_vs is not None else None
+        if WIDE in (code_vv, code_vs):
+            return _full(ctx, plain)
         push, x_push, f_push = t.seq.append, t.xs.append, t.fs.append
         made, step = t.handles[ocode], next
 
@@ -136,12 +150,12 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
             if type(a) is vec and switches == 0 and predicate is True and polarity is False:
                 tb = type(b)
                 if tb is vec:
-                    push(op_vv)
+                    push(code_vv)
                     x_push(a)
                     x_push(b)
                     return step(made)
                 if tb in scalars:
-                    push(op_vs)
+                    push(code_vs)
                     x_push(a)
                     f_push(b)
                     return step(made)
@@ -158,12 +172,15 @@ def unary_maker(vcode: int, op: int) -> Maker:
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
+        code = t.code(op)
+        if code == WIDE:
+            return _full(ctx, plain)
         push, x_push = t.seq.append, t.xs.append
         made, step = t.handles[vcode], next
 
         def macro(x: Any) -> Vec:
             if type(x) is vec and ctx.lookup_at is not None:
-                push(op)
+                push(code)
                 x_push(x)
                 return step(made)
             return plain(ctx, x)

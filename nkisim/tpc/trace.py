@@ -97,6 +97,10 @@ def tensor_opcode(vt: VType, tensor: int, store: bool) -> int:
     return opcode(Op(key, (uop,), access=(tensor, vt.lanes, False), layout=L_LD))
 
 
+#: The byte of ``Trace.seq`` that stands for the next opcode of ``Trace.wide``.
+WIDE = 255
+
+
 class _Handles(dict):  # type: ignore[type-arg]
     """Per type code, the iterator of a trace's handles (made on first use)."""
 
@@ -109,7 +113,9 @@ class Trace:
     """The tape of one run (all members): entries, their operands, values, and the tensor access log.
 
     Attributes:
-        seq: every entry's opcode, in program order (an entry's number is its position).
+        seq: every entry's opcode as one byte, in program order (an entry's number is its position):
+            opcodes are numbered per trace in order of first use (:meth:`code`); the byte ``WIDE``
+            stands for the next opcode in ``wide`` (a trace using more than 255 opcodes).
         rows: per ``L_ROWS`` opcode, the operands of its entries not evaluated yet: ``(entry, operand, ...)``.
         xs: the vector handles of the column-recorded entries not evaluated yet, in entry order.
         fs: their float scalars (``L_VS``).
@@ -129,7 +135,11 @@ class Trace:
         self.tensors = tensors
         self.semantics = semantics
         self.locating = locating
-        self.seq: list[int] = []
+        self.seq = bytearray()
+        self.wide: list[int] = []
+        self._codes: dict[int, int] = {}  # opcode -> its byte in this trace
+        self._opcodes = np.full(256, -1, dtype=np.int64)  # byte -> opcode
+        self._wide_used = 0
         self.rows: defaultdict[int, list[tuple[Any, ...]]] = defaultdict(list)
         self.xs: list[int] = []
         self.fs: list[float] = []
@@ -141,7 +151,7 @@ class Trace:
         self.ld_fast: dict[int, dict[int, int]] = {code: {} for code in BY_CODE}
         self.st_fast: dict[int, dict[int, int]] = {code: {} for code in BY_CODE}
         for t in tensors:
-            self.ld_fast[t.vtype.code][t.index] = tensor_opcode(t.vtype, t.index, False)
+            self._fast(self.ld_fast, t, False)
         self.base = 0
         cap = 1024
         self._ops = np.zeros(cap, dtype=np.int64)
@@ -160,10 +170,27 @@ class Trace:
 
     # -- recording (the slow paths; the fast ones append to the columns themselves) ---------
 
+    def code(self, op: int) -> int:
+        """The byte that records opcode ``op`` in this trace (``WIDE`` once 255 opcodes have one)."""
+        found = self._codes.get(op)
+        if found is None:
+            found = self._codes[op] = min(len(self._codes), WIDE)
+            if found < WIDE:
+                self._opcodes[found] = op
+        return found
+
+    def push(self, op: int) -> int:
+        """Append an entry with opcode ``op`` to ``seq``; returns its number."""
+        n = len(self.seq)
+        code = self.code(op)
+        self.seq.append(code)
+        if code == WIDE:
+            self.wide.append(op)
+        return n
+
     def entry(self, op: int, operands: tuple[Any, ...]) -> int:
         """Append an ``L_ROWS`` entry with opcode ``op`` and its operands; returns its number."""
-        n = len(self.seq)
-        self.seq.append(op)
+        n = self.push(op)
         self.rows[op].append((n, *operands))
         return n
 
@@ -177,7 +204,13 @@ class Trace:
         t = self.tensors[tensor]
         self.dirty.add(tensor)
         self.ld_fast[t.vtype.code].pop(tensor, None)
-        self.st_fast[t.vtype.code][tensor] = tensor_opcode(t.vtype, tensor, True)
+        self._fast(self.st_fast, t, True)
+
+    def _fast(self, table: dict[int, dict[int, int]], t: TensorState, store: bool) -> None:
+        """Let the recording closures load (or store) ``t``: its opcode's byte into ``table``."""
+        code = self.code(tensor_opcode(t.vtype, t.index, store))
+        if code < WIDE:
+            table[t.vtype.code][t.index] = code
 
     def forget_stores(self) -> None:
         """A new member, or ``aso()``: no tensor counts as stored by the running member any more."""
@@ -245,7 +278,11 @@ class Trace:
         start, end = self.base, len(self.seq)
         if end == start:
             return
-        new = np.fromiter(itertools.islice(self.seq, start, None), np.int64, end - start)
+        new = self._opcodes[np.frombuffer(self.seq, dtype=np.uint8, count=end - start, offset=start)]
+        wide = np.flatnonzero(new < 0)
+        if wide.size:
+            new[wide] = self.wide[self._wide_used : self._wide_used + wide.size]
+            self._wide_used += wide.size
         tab = tables()
         self._grow(end, int(tab.width[new].max()))
         ops = self._ops
@@ -361,8 +398,7 @@ class Trace:
     def _clean(self) -> None:
         """Stores applied: every tensor loads fast again, and no store counts as pending."""
         for tensor in self.dirty:
-            t = self.tensors[tensor]
-            self.ld_fast[t.vtype.code][tensor] = tensor_opcode(t.vtype, tensor, False)
+            self._fast(self.ld_fast, self.tensors[tensor], False)
         self.dirty.clear()
         self.forget_stores()
 
