@@ -134,7 +134,7 @@ def store_maker(vcode: int) -> Maker:
 def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker:
     """The closure maker of an unpredicated binary op on two vectors, or a vector and a Python float or int."""
     vec = VEC_OF[vcode]
-    scalars = (float, int) if op_vs is not None else ()
+    real, whole = (float, int) if op_vs is not None else (None, None)  # the Python scalars it takes
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
@@ -154,7 +154,7 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
                     x_push(a)
                     x_push(b)
                     return step(made)
-                if tb in scalars:
+                if tb is real or tb is whole:
                     push(code_vs)
                     x_push(a)
                     f_push(b)
