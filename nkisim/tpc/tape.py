@@ -333,16 +333,35 @@ def progression(
 
 
 @numba.njit(cache=True)
-def row_step(entries: np.ndarray, group: np.ndarray, row: np.ndarray) -> tuple[bool, int, int, int]:  # pragma: no cover
-    """Whether the values of ``entries`` are rows of one group stepping evenly: (that, group, first row, step)."""
+def row_step(
+    entries: np.ndarray, group: np.ndarray, row: np.ndarray
+) -> tuple[bool, int, int, int, int]:  # pragma: no cover
+    """Where the values of ``entries`` are: (all in one group, the group, its first row, step, repeat).
+
+    Either the rows step evenly (``first + i * step``, repeat 1), or each of consecutive rows comes
+    ``repeat`` times over (``first + i // repeat``, step 1); otherwise the first item is False.
+    """
     n = entries.shape[0]
     g, first = group[entries[0]], row[entries[0]]
     step = row[entries[1]] - first if n > 1 else 1
+    even = True
     for i in range(1, n):
         e = entries[i]
-        if group[e] != g or row[e] != first + i * step:
-            return False, 0, 0, 0
-    return True, g, first, step
+        if group[e] != g:
+            return False, 0, 0, 0, 0
+        if row[e] != first + i * step:
+            even = False
+    if even:
+        return True, g, first, step, 1
+    repeat = 1
+    while repeat < n and row[entries[repeat]] == first:
+        repeat += 1
+    if repeat < 2 or n % repeat:
+        return False, 0, 0, 0, 0
+    for i in range(n):
+        if row[entries[i]] != first + i // repeat:
+            return False, 0, 0, 0, 0
+    return True, g, first, 1, repeat
 
 
 @numba.njit(cache=True)

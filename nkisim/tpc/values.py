@@ -129,28 +129,35 @@ class Values:
             if np.may_share_memory(values, self.tensors[tensor].data):
                 self.views[tensor].append(g)
 
-    def rows(self, entries: np.ndarray, code: int) -> np.ndarray:
-        """The values of ``entries`` (of type ``code``) as rows: a view of their group's values when they can be."""
-        same, g, first, step = row_step(entries, self.group, self.row)
+    def rows(self, entries: np.ndarray, code: int, repeated: bool = False) -> tuple[np.ndarray, int]:
+        """The values of ``entries`` (of type ``code``) as rows, a view of their group's values when they can be.
+
+        With ``repeated``, rows that each come ``k`` times over in a row are given once, with ``k``;
+        otherwise (and by default) the count is 1.
+        """
+        same, g, first, step, repeat = row_step(entries, self.group, self.row)
         if same:
             values, n = self.arrays[g], entries.shape[0]
-            if step == 1 and first == 0 and n == values.shape[0]:
-                return values
-            if step >= 1:
-                return values[first : first + step * (n - 1) + 1 : step]
-            return values[self.row[entries]]
+            if repeat > 1:
+                if repeated:
+                    return values[first : first + n // repeat], repeat
+            elif step == 1 and first == 0 and n == values.shape[0]:
+                return values, 1
+            elif step >= 1:
+                return values[first : first + step * (n - 1) + 1 : step], 1
+            return values[self.row[entries]], 1
         vt = BY_CODE[code]
         group, row = self.group[entries], self.row[entries]
         out = np.empty((entries.shape[0], vt.lanes), dtype=vt.dtype)
         for g in np.unique(group).tolist():
             sel = group == g
             out[sel] = self.arrays[g][row[sel]]
-        return out
+        return out, 1
 
     def operand(self, column: Any, kind: int) -> np.ndarray:
         """One operand of a group: ``column`` holds entries (``kind`` a type code) or scalars (``SCALAR - code``)."""
         if kind >= 0:
-            return self.rows(np.asarray(column, dtype=np.int64), kind)
+            return self.rows(np.asarray(column, dtype=np.int64), kind)[0]
         dtype = BY_CODE[SCALAR - kind].dtype
         values = np.array(column, dtype=np.float64 if dtype.kind in "fV" else np.int64)
         if dtype.kind in "iu":
@@ -161,23 +168,50 @@ class Values:
     def run(self, ids: np.ndarray, key: tuple[Any, ...], operands: list[Any], into: Any = None) -> None:
         """Evaluate the group ``ids`` of the value key ``key``; ``into``: ``(tensor, view)`` to compute it in."""
         sem, pattern, statics, out_code, _, vb = key
-        args = [self.operand(operands[p], kind) for p, kind in enumerate(pattern)]
-        if into is not None:
-            INTO[sem](*args, out=into[1])
-            self.views.setdefault(into[0], [])
-            self.add(ids, into[1])
+        out = BY_CODE[out_code]
+        if into is not None or (vb is None and sem in INTO and _same_type(pattern, out.dtype)):
+            rows = np.empty((len(ids), out.lanes), dtype=out.dtype) if into is None else into[1]
+            args, target = self._elementwise(operands, pattern, rows)
+            INTO[sem](args, statics, target)
+            if into is not None:
+                self.views.setdefault(into[0], [])
+            self.add(ids, rows)
             return
+        args = [self.operand(operands[p], kind) for p, kind in enumerate(pattern)]
         data = args[:-2] if vb is not None else args
         result = self.semantics[sem](data, statics)
         if vb is not None:
             result = np.where(args[-2] != vb, result, args[-1])
-        out = BY_CODE[out_code]
         if type(result) is np.ndarray and result.dtype == out.dtype and result.shape == (len(ids), out.lanes):
             rows = np.ascontiguousarray(result)
         else:
             rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
             rows[...] = result
         self.add(ids, rows)
+
+    def _elementwise(
+        self, operands: list[Any], pattern: tuple[int, ...], rows: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray]:
+        """An elementwise group's operands, and where its result goes (``rows``).
+
+        An operand whose rows each repeat ``k`` times over (a row's scalar against the row's vectors)
+        is not copied out: everything is seen as ``(rows / k, k, lanes)`` and it as ``(rows / k, 1, lanes)``.
+        """
+        found: list[tuple[np.ndarray, int]] = []
+        k = 1
+        for p, kind in enumerate(pattern):
+            if kind < 0:
+                found.append((self.operand(operands[p], kind), 1))
+                continue
+            entries = np.asarray(operands[p], dtype=np.int64)
+            values, repeat = self.rows(entries, kind, repeated=True)
+            if repeat > 1 and k not in (1, repeat):
+                values, repeat = self.rows(entries, kind)
+            k = max(k, repeat)
+            found.append((values, repeat))
+        if k == 1:
+            return [values for values, _ in found], rows
+        return [values[:, None] if repeat > 1 else _split(values, k) for values, repeat in found], _split(rows, k)
 
     def load(self, ids: np.ndarray, tensor: int, coords: np.ndarray, at: np.ndarray) -> None:
         """Loads ``ids`` of ``tensor`` at ``coords[at]``: a view of it if they step evenly inside it, else gathered."""
@@ -210,9 +244,7 @@ class Values:
         dtype = t.flat.dtype
         if vb is not None or sem not in INTO or tensor in self.views or BY_CODE[out_code].dtype != dtype:
             return None
-        if dtype.kind not in "iu" and dtype != np.float32:  # 16-bit floats compute in float32
-            return None
-        if any(BY_CODE[k if k >= 0 else SCALAR - k].dtype != dtype for k in pattern):
+        if not _same_type(pattern, dtype):
             return None
         lanes, n = t.vtype.lanes, values.shape[0]
         regular, first, step = progression(coords, at, t.sizes, t.strides, lanes)
@@ -229,13 +261,27 @@ class Values:
             for g in views:
                 self.arrays[g] = self.arrays[g].copy()
         flat, lanes, n = t.flat, t.vtype.lanes, values.shape[0]
-        rows = self.rows(values, t.vtype.code)
+        rows = self.rows(values, t.vtype.code)[0]
         regular, first, step = progression(coords, at, t.sizes, t.strides, lanes)
         if regular and (step >= lanes or n == 1):  # disjoint vectors: the order does not matter
             _strided(flat, first, step, n, lanes)[...] = rows
             return
         uint = _UINT[flat.itemsize]
         scatter(np.ascontiguousarray(rows).view(uint), coords, at, flat.view(uint), t.sizes, t.strides, lanes)
+
+
+def _split(a: np.ndarray, k: int) -> np.ndarray:
+    """The view of ``a`` with its rows in groups of ``k``: shape ``(rows / k, k, ...)``."""
+    shape = (a.shape[0] // k, k, *a.shape[1:])
+    strides = (k * a.strides[0], *a.strides)
+    return np.lib.stride_tricks.as_strided(a, shape=shape, strides=strides, writeable=a.flags.writeable)
+
+
+def _same_type(pattern: tuple[int, ...], dtype: np.dtype) -> bool:
+    """Every operand of ``pattern`` is of ``dtype``, float32 or an integer type (what :data:`INTO` needs)."""
+    if dtype.kind not in "iu" and dtype != np.float32:  # 16-bit floats compute in float32
+        return False
+    return all(BY_CODE[k if k >= 0 else SCALAR - k].dtype == dtype for k in pattern)
 
 
 def _strided(flat: np.ndarray, first: int, step: int, n: int, lanes: int) -> np.ndarray:
