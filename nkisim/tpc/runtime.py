@@ -393,7 +393,7 @@ def run(
     if outputs is None:
         if not ins:
             raise TpcSignatureError("no inputs and no outputs= given", loc=loc, kernel=name)
-        outs = [np.zeros_like(ins[0])]
+        outs = [np.zeros(ins[0].shape, dtype=ins[0].dtype)]  # calloc: pages are zeroed as they are first written
     else:
         outs = [
             np.zeros(o[0], dtype=o[1]) if isinstance(o, tuple) else _as_array(o, f"output {i}", loc, name)
@@ -518,12 +518,12 @@ def _timed(
     issues: list[np.ndarray] = []
     slots: list[np.ndarray] = []
     rep, per_member, _, mem_accesses = bodies
-    schedules: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+    schedules: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}  # cycles, issue, slots, slot use
     for m, (first, last) in enumerate(member_uops):
         same = schedules.get(int(rep[m]))
         if same is not None:
             cycles = same[0]
-            slot_busy += np.bincount(same[2], minlength=4)
+            slot_busy += same[3]
             issues.append(same[1].copy())
             slots.append(same[2].copy())
         elif last == first:
@@ -542,10 +542,11 @@ def _timed(
                 *arrays, lat, cfg.latency.lookup_issue_cycles, cfg.ld_tnsr_in_store_slot, transfer, horizon
             )
             cycles = max(int(end), math.ceil(mem_free))
-            slot_busy += np.bincount(used, minlength=4)
+            busy = np.bincount(used, minlength=4)
+            slot_busy += busy
             issues.append(issue)
             slots.append(used)
-            schedules[m] = (cycles, issue, used)
+            schedules[m] = (cycles, issue, used, busy)
         member_cycles.append(cycles)
         tpc = tpc_of[m]
         per_tpc[tpc] = per_tpc.get(tpc, 0) + cycles
