@@ -219,21 +219,28 @@ class Trace:
 
     # -- evaluation ---------------------------------------------------------------------
 
-    def _grow(self, end: int, width: int) -> None:
-        """Room for ``end`` entries with ``width`` operand columns."""
+    def _grow(self, start: int, ops: np.ndarray, width: int) -> None:
+        """Store the opcodes ``ops`` of the entries from ``start`` on, with room for ``width`` operands each."""
+        end = start + ops.shape[0]
         cap, had = self._ops.shape[0], self._src.shape[1]
-        if end <= cap and width <= had:
-            return
-        new = max(end, 2 * cap) if end > cap else cap
-        self.values.grow(new)
-        for name in ("_ops", "_level", "_fidx", "_crow"):
-            old = getattr(self, name)
-            grown = np.empty(new, dtype=old.dtype)
-            grown[:cap] = old
-            setattr(self, name, grown)
-        src = np.full((new, max(width, had)), -1, dtype=np.int64)
-        src[:cap, :had] = self._src
-        self._src = src
+        if end > cap or width > had:
+            new = max(end, 2 * cap) if end > cap else cap
+            self.values.grow(new)
+            for name in ("_level", "_fidx", "_crow"):
+                old = getattr(self, name)
+                grown = np.empty(new, dtype=old.dtype)
+                grown[:cap] = old
+                setattr(self, name, grown)
+            src = np.full((new, max(width, had)), -1, dtype=np.int64)
+            src[:cap, :had] = self._src
+            self._src = src
+            if start == 0 and end == new:  # the first evaluation: the new opcodes are the whole column
+                self._ops = ops
+                return
+            grown = np.empty(new, dtype=np.int64)
+            grown[:start] = self._ops[:start]
+            self._ops = grown
+        self._ops[start:end] = ops
 
     def _columns(self) -> tuple[np.ndarray, int, int]:
         """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base)."""
@@ -241,7 +248,8 @@ class Trace:
         self.xs.clear()
         fbase, cbase = self._nf, self._nc
         if self.fs:
-            self._fvals = _append(self._fvals, fbase, np.array(self.fs, dtype=np.float64))
+            new = np.fromiter(self.fs, np.float64, len(self.fs))
+            self._fvals = new if fbase == 0 else _append(self._fvals, fbase, new)
             self._nf += len(self.fs)
             self.fs.clear()
         if self.cb:
@@ -284,9 +292,8 @@ class Trace:
             new[wide] = self.wide[self._wide_used : self._wide_used + wide.size]
             self._wide_used += wide.size
         tab = tables()
-        self._grow(end, int(tab.width[new].max()))
+        self._grow(start, new, int(tab.width[new].max()))
         ops = self._ops
-        ops[start:end] = new
         self._vent = number_values(ops[:end], start, tab.out, self._vent, self._nval)  # the handles' k
         columns = self._row_columns(tab)
         xs, fbase, cbase = self._columns()
