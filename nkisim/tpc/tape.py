@@ -4,12 +4,13 @@ An intrinsic call appends one *entry* to the tape: an opcode (an int) and its op
 stands for everything that is the same from call to call of one intrinsic with one operand pattern:
 its value semantics (the grouping key of :mod:`nkisim.tpc.trace`), the micro-ops it becomes (slot,
 latency class, memory kind, which operands they read and how), and, for tensor loads and stores,
-the tensor. Opcodes are interned once per distinct :class:`Op`, so the recording fast paths compute
-theirs ahead of the call and append plain ints.
+the tensor. Opcodes are interned once per distinct :class:`Op`, so the recording fast paths look
+theirs up ahead of the call (as the trace's one-byte code for it) and append that.
 
 The common calls are recorded in flat columns instead of per-entry tuples: their opcode's *layout*
 says which columns hold their operands (:data:`L_VV` ... :data:`L_ST`), and :func:`decode` turns the
-columns into the operand table in one compiled pass.
+columns into the operand table in one compiled pass. After the run, :func:`member_bodies` finds the
+members that recorded the same body and :func:`expand` turns one member of each into micro-ops.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """The tape of one kernel run: entries evaluated in numpy batches, then expanded into micro-ops.
 
-Every intrinsic call appends an *entry*: an opcode (:mod:`nkisim.tpc.tape`) and its operands; a
-vector value is a handle on its entry. Values are not computed at the call: a TPC kernel cannot
+Every intrinsic call appends an *entry*: an opcode (:mod:`nkisim.tpc.tape`, recorded as the
+trace's byte for it) and its operands; a vector value is a handle naming the ``k``-th value of its
+type, which evaluation maps to its entry. Values are not computed at the call: a TPC kernel cannot
 read vector lanes back into scalars, so nothing in its Python control flow waits for them. The tape
 is evaluated when a load reads a tensor with stores still pending (and at the end): the recorded
 columns become arrays, entries are grouped by dataflow depth and by opcode, and each group runs as
-one numpy call over all its vectors, of every member at once (tensor loads as one compiled gather).
-Stores are then applied in program order.
+one numpy call over all its vectors, of every member at once (:mod:`nkisim.tpc.values` keeps the
+results and does the tensor loads and stores). Stores are then applied in program order.
 Results are the same as evaluating call by call; only the number of numpy calls shrinks (from one
 per vector to one per group). After the run the tape is expanded into the micro-ops that
-:mod:`nkisim.tpc.schedule` packs, and its tensor accesses into the log the footprint checks read.
+:mod:`nkisim.tpc.schedule` packs (once per distinct member body), and its tensor accesses into the
+log the footprint checks read.
 """
 
 from __future__ import annotations
