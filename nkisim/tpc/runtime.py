@@ -421,7 +421,7 @@ def run(
     for m in range(len(boxes)):
         member_entries.append(len(trace.seq))
         _run_member(trace, plan, cfg, boxes, tpc_of, m, n_tensors).check_local_budget()
-    trace.flush()
+    trace.flush(last=True)
     bodies = trace.micro_ops(member_entries)
     first_uop = bodies[2].tolist()
     member_uops = list(itertools.pairwise(first_uop))

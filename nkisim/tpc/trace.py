@@ -244,8 +244,11 @@ class Trace:
             self._ops = grown
         self._ops[start:end] = ops
 
-    def _columns(self) -> tuple[np.ndarray, int, int]:
-        """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base)."""
+    def _columns(self, last: bool) -> tuple[np.ndarray, int, int]:
+        """Move the new float scalars and coordinates into their arrays: (handles, float base, coordinate base).
+
+        ``last``: the recording is over, so the coordinate bytes become the array without a copy.
+        """
         xs = _ints(self.xs)
         self.xs.clear()
         fbase, cbase = self._nf, self._nc
@@ -255,8 +258,12 @@ class Trace:
             self._nf += len(self.fs)
             self.fs.clear()
         if self.cb:
-            new = np.frombuffer(bytes(self.cb), dtype=np.int32).reshape(-1, 5)
-            self.cb.clear()
+            if last:  # nothing appends to these bytes any more: the array takes them as they are
+                new = np.frombuffer(self.cb, dtype=np.int32).reshape(-1, 5)
+                self.cb = bytearray()
+            else:
+                new = np.frombuffer(bytes(self.cb), dtype=np.int32).reshape(-1, 5)
+                self.cb.clear()
             self._coords = new if cbase == 0 else _append(self._coords, cbase, new)
             self._nc += new.shape[0]
         return xs, fbase, cbase
@@ -283,8 +290,11 @@ class Trace:
         self.rows = defaultdict(list)
         return columns
 
-    def flush(self) -> None:
-        """Evaluate every entry not evaluated yet, then apply its stores in program order."""
+    def flush(self, last: bool = False) -> None:
+        """Evaluate every entry not evaluated yet, then apply its stores in program order.
+
+        ``last``: nothing is recorded on this trace afterwards (its columns may be kept as they are).
+        """
         start, end = self.base, len(self.seq)
         if end == start:
             return
@@ -298,7 +308,7 @@ class Trace:
         ops = self._ops
         self._vent = number_values(ops[:end], start, tab.out, self._vent, self._nval)  # the handles' k
         columns = self._row_columns(tab)
-        xs, fbase, cbase = self._columns()
+        xs, fbase, cbase = self._columns(last)
         level = self._level
         src, vent = self._src, self._vent
         decode(
