@@ -294,12 +294,14 @@ class Footprint:
             return written
         for t in np.flatnonzero(self._per[:, 1]).tolist():
             tensor = self.tensors[t]
-            rows, coords, member, lanes = self._rows(t, True)
             if not self._per[t, 0]:
+                rows = self._select(t, True)
+                lanes = int(self.access.lanes[rows[0]])
                 regular, first, step = progression(self.access.coords, rows, tensor.sizes, tensor.strides, lanes)
                 if regular and first == 0 and step == lanes and rows.size * lanes == tensor.data.size:
                     written[t] = None
                     continue
+            rows, coords, member, lanes = self._rows(t, True)
             owner = np.full(tensor.data.size, -1, dtype=np.int32)
             bad = _own(owner, coords, member, tensor.sizes, tensor.strides, lanes)
             if bad >= 0:
