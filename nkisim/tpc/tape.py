@@ -334,13 +334,12 @@ def progression(
 
 
 @numba.njit(cache=True)
-def row_step(
-    entries: np.ndarray, group: np.ndarray, row: np.ndarray
-) -> tuple[bool, int, int, int, int]:  # pragma: no cover
-    """Where the values of ``entries`` are: (all in one group, the group, its first row, step, repeat).
+def row_step(entries: np.ndarray, group: np.ndarray, row: np.ndarray) -> tuple[int, int, int, int]:  # pragma: no cover
+    """Where the values of ``entries`` are: (their group, or -1 if several; first row; step; repeat).
 
-    Either the rows step evenly (``first + i * step``, repeat 1), or each of consecutive rows comes
-    ``repeat`` times over (``first + i // repeat``, step 1); otherwise the first item is False.
+    In one group, either the rows step evenly (``first + i * step``, repeat 1), or each of
+    consecutive rows comes ``repeat`` times over (``first + i // repeat``, step 1), or neither
+    (repeat 0).
     """
     n = entries.shape[0]
     g, first = group[entries[0]], row[entries[0]]
@@ -349,20 +348,56 @@ def row_step(
     for i in range(1, n):
         e = entries[i]
         if group[e] != g:
-            return False, 0, 0, 0, 0
+            return -1, 0, 0, 0
         if row[e] != first + i * step:
             even = False
     if even:
-        return True, g, first, step, 1
+        return g, first, step, 1
     repeat = 1
     while repeat < n and row[entries[repeat]] == first:
         repeat += 1
     if repeat < 2 or n % repeat:
-        return False, 0, 0, 0, 0
+        return g, first, 0, 0
     for i in range(n):
         if row[entries[i]] != first + i // repeat:
-            return False, 0, 0, 0, 0
-    return True, g, first, 1, repeat
+            return g, first, 0, 0
+    return g, first, 1, repeat
+
+
+@numba.njit(cache=True)
+def unpooled(entries: np.ndarray, group: np.ndarray, base: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """The groups holding values of ``entries`` that are not in their type's pool yet (each once)."""
+    found = np.empty(entries.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(entries.shape[0]):
+        g = group[entries[i]]
+        if base[g] < 0:
+            seen = False
+            for j in range(n):
+                if found[j] == g:
+                    seen = True
+                    break
+            if not seen:
+                found[n] = g
+                n += 1
+    return found[:n]
+
+
+@numba.njit(cache=True)
+def pool_rows(
+    pool: np.ndarray, base: np.ndarray, entries: np.ndarray, group: np.ndarray, row: np.ndarray
+) -> tuple[bool, np.ndarray]:  # pragma: no cover
+    """The values of ``entries`` from their type's pool (row ``base[group] + row`` each), if all are there."""
+    out = np.empty((entries.shape[0], pool.shape[1]), dtype=pool.dtype)
+    for i in range(entries.shape[0]):
+        e = entries[i]
+        b = base[group[e]]
+        if b < 0:
+            return False, out[:0]
+        r = b + row[e]
+        for j in range(pool.shape[1]):
+            out[i, j] = pool[r, j]
+    return True, out
 
 
 @numba.njit(cache=True)

@@ -192,13 +192,24 @@ class Trace:
 
     def entry(self, op: int, operands: tuple[Any, ...]) -> int:
         """Append an ``L_ROWS`` entry with opcode ``op`` and its operands; returns its number."""
-        n = self.push(op)
+        n = len(self.seq)
+        code = self._codes.get(op)
+        if code is None or code == WIDE:
+            self.push(op)
+        else:
+            self.seq.append(code)
         self.rows[op].append((n, *operands))
         return n
 
     def value_entry(self, op: int, operands: tuple[Any, ...], code: int) -> Vec:
         """Append an ``L_ROWS`` entry that makes a value of type ``code``; returns its handle."""
-        self.entry(op, operands)
+        n = len(self.seq)
+        byte = self._codes.get(op)
+        if byte is None or byte == WIDE:
+            self.push(op)
+        else:
+            self.seq.append(byte)
+        self.rows[op].append((n, *operands))
         return next(self.handles[code])
 
     def mark_stored(self, tensor: int) -> None:

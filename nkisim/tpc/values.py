@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from nkisim.tpc.semantics import INTO
-from nkisim.tpc.tape import SCALAR, gather, progression, row_step, scatter
+from nkisim.tpc.tape import SCALAR, gather, pool_rows, progression, row_step, scatter, unpooled
 from nkisim.tpc.types import BY_CODE, VType
 
 #: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
@@ -109,6 +109,9 @@ class Values:
         self.group = np.zeros(0, dtype=np.int64)
         self.row = np.zeros(0, dtype=np.int64)
         self.views: dict[int, list[int]] = {}
+        self.codes: list[int] = []  # each group's type code
+        self.pools: dict[int, tuple[np.ndarray, int]] = {}  # type code -> (rows, rows used)
+        self.base = np.zeros(0, dtype=np.int64)  # per group, its first row in its type's pool (-1: not there)
 
     def grow(self, cap: int) -> None:
         """Room for ``cap`` entries."""
@@ -119,10 +122,13 @@ class Values:
                 grown[:old] = getattr(self, name)
                 setattr(self, name, grown)
 
-    def add(self, ids: np.ndarray, values: np.ndarray) -> None:
-        """``values`` (rows in the order of ``ids``) become the values of the entries ``ids``."""
+    def add(self, ids: np.ndarray, values: np.ndarray, code: int) -> None:
+        """``values`` (rows in the order of ``ids``, of type ``code``) become the values of the entries ``ids``."""
         g = len(self.arrays)
         self.arrays.append(values)
+        self.codes.append(code)
+        if g == self.base.shape[0]:
+            self.base = np.concatenate((self.base, np.full(max(g, 64), -1, dtype=np.int64)))
         self.group[ids] = g
         self.row[ids] = np.arange(ids.shape[0])
         for tensor in self.views:
@@ -135,24 +141,41 @@ class Values:
         With ``repeated``, rows that each come ``k`` times over in a row are given once, with ``k``;
         otherwise (and by default) the count is 1.
         """
-        same, g, first, step, repeat = row_step(entries, self.group, self.row)
-        if same:
+        g, first, step, repeat = row_step(entries, self.group, self.row)
+        if g >= 0:
             values, n = self.arrays[g], entries.shape[0]
-            if repeat > 1:
-                if repeated:
-                    return values[first : first + n // repeat], repeat
-            elif step == 1 and first == 0 and n == values.shape[0]:
+            if repeat > 1 and repeated:
+                return values[first : first + n // repeat], repeat
+            if repeat == 1 and step == 1 and first == 0 and n == values.shape[0]:
                 return values, 1
-            elif step >= 1:
+            if repeat == 1 and step >= 1:
                 return values[first : first + step * (n - 1) + 1 : step], 1
             return values[self.row[entries]], 1
-        vt = BY_CODE[code]
-        group, row = self.group[entries], self.row[entries]
-        out = np.empty((entries.shape[0], vt.lanes), dtype=vt.dtype)
-        for g in np.unique(group).tolist():
-            sel = group == g
-            out[sel] = self.arrays[g][row[sel]]
-        return out, 1
+        pool = self.pools.get(code, (None, 0))[0]
+        if pool is not None:
+            uint = _UINT[pool.itemsize]  # bfloat16 is not a numba type: gather the bits
+            found, out = pool_rows(pool.view(uint), self.base, entries, self.group, self.row)
+            if found:
+                return out.view(pool.dtype), 1
+        for g in unpooled(entries, self.group, self.base).tolist():
+            self._pool(g)
+        pool = self.pools[code][0]
+        uint = _UINT[pool.itemsize]
+        return pool_rows(pool.view(uint), self.base, entries, self.group, self.row)[1].view(pool.dtype), 1
+
+    def _pool(self, g: int) -> None:
+        """Copy group ``g``'s values to its type's pool (where operands drawn from several groups are gathered)."""
+        values, code = self.arrays[g], self.codes[g]
+        pool, used = self.pools.get(code, (None, 0))
+        n = values.shape[0]
+        if pool is None or used + n > pool.shape[0]:
+            grown = np.empty((max(2 * used + n, 1024), values.shape[1]), dtype=values.dtype)
+            if pool is not None:
+                grown[:used] = pool[:used]
+            pool = grown
+        pool[used : used + n] = values
+        self.pools[code] = (pool, used + n)
+        self.base[g] = used
 
     def operand(self, column: Any, kind: int) -> np.ndarray:
         """One operand of a group: ``column`` holds entries (``kind`` a type code) or scalars (``SCALAR - code``)."""
@@ -175,7 +198,7 @@ class Values:
             INTO[sem](args, statics, target)
             if into is not None:
                 self.views.setdefault(into[0], [])
-            self.add(ids, rows)
+            self.add(ids, rows, out_code)
             return
         args = [self.operand(operands[p], kind) for p, kind in enumerate(pattern)]
         data = args[:-2] if vb is not None else args
@@ -187,7 +210,7 @@ class Values:
         else:
             rows = np.empty((len(ids), out.lanes), dtype=out.dtype)
             rows[...] = result
-        self.add(ids, rows)
+        self.add(ids, rows, out_code)
 
     def _elementwise(
         self, operands: list[Any], pattern: tuple[int, ...], rows: np.ndarray
@@ -222,13 +245,13 @@ class Values:
             values = _strided(flat, first, step, n, lanes)
             values.flags.writeable = False
             self.views.setdefault(tensor, [])  # a tensor with views to watch
-            self.add(ids, values)
+            self.add(ids, values, t.vtype.code)
             return
         values = np.empty((n, lanes), dtype=flat.dtype)
         uint = _UINT[flat.itemsize]
         pad = np.asarray(t.pad).astype(flat.dtype).reshape(1).view(uint)
         gather(values.view(uint), coords, at, flat.view(uint), t.sizes, t.strides, lanes, pad)
-        self.add(ids, values)
+        self.add(ids, values, t.vtype.code)
 
     def target(
         self, tensor: int, values: np.ndarray, coords: np.ndarray, at: np.ndarray, key: tuple[Any, ...]
