@@ -9,6 +9,7 @@ which builds the opcode from the call's operand pattern and interns it.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,12 @@ from nkisim.tpc.types import Pair, Vec, VType, code_of, predicate_type
 _getframe = sys._getframe
 #: Files whose frames are not the caller of an intrinsic.
 _OWN_FILES = frozenset({__file__, sys.modules["nkisim.tpc.fast"].__file__})
+
+
+@functools.cache
+def _value_opcode(key: tuple[Any, ...], uop: tuple[Any, ...]) -> int:
+    """The opcode of a value of grouping key ``key`` made by the one micro-op ``uop`` (no :class:`Op` is built)."""
+    return opcode(Op(key, (uop,)))
 
 
 def _type_error(ctx: Any, spec: IntrinsicSpec, operand: str, got: object, want: str) -> Exception:
@@ -119,7 +126,7 @@ def emit(
         deps = tuple(range(len(args), len(args) + len(local_load)))
         uop = (LOAD, C_LD, M_LLD, -1, deps, (K_SRC,) * len(deps))
         args = (*args, *local_load)
-    return ctx._t.value_entry(opcode(Op(key, (uop,))), args, out.code)
+    return ctx._t.value_entry(_value_opcode(key, uop), args, out.code)
 
 
 def _binary(spec: IntrinsicSpec) -> PerContext:

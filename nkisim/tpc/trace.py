@@ -103,14 +103,6 @@ def tensor_opcode(vt: VType, tensor: int, store: bool) -> int:
 WIDE = 255
 
 
-class _Handles(dict):  # type: ignore[type-arg]
-    """Per type code, the iterator of a trace's handles (made on first use)."""
-
-    def __missing__(self, code: int) -> Iterator[Vec]:
-        found = self[code] = handles(code)
-        return found
-
-
 class Trace:
     """The tape of one run (all members): entries, their operands, values, and the tensor access log.
 
@@ -146,7 +138,7 @@ class Trace:
         self.xs: list[int] = []
         self.fs: list[float] = []
         self.cb = bytearray()
-        self.handles: dict[int, Iterator[Vec]] = _Handles()
+        self.handles: dict[int, Iterator[Vec]] = {code: handles(code) for code in BY_CODE}
         self.codes: list[Any] = []
         self.lastis: list[int] = []
         self.dirty: set[int] = set()

@@ -28,6 +28,8 @@ from nkisim.tpc.types import BY_CODE, VType
 Semantics = Callable[[list[np.ndarray], tuple[Any, ...]], np.ndarray]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+#: Groups of at most this many rows go to their type's pool when they are made (others when needed).
+_SMALL = 256
 
 
 @dataclass
@@ -131,6 +133,8 @@ class Values:
             self.base = np.concatenate((self.base, np.full(max(g, 64), -1, dtype=np.int64)))
         self.group[ids] = g
         self.row[ids] = np.arange(ids.shape[0])
+        if ids.shape[0] <= _SMALL:  # pooled at once: small groups are usually gathered together
+            self._pool(g)
         for tensor in self.views:
             if np.may_share_memory(values, self.tensors[tensor].data):
                 self.views[tensor].append(g)
@@ -139,8 +143,13 @@ class Values:
         """The values of ``entries`` (of type ``code``) as rows, a view of their group's values when they can be.
 
         With ``repeated``, rows that each come ``k`` times over in a row are given once, with ``k``;
-        otherwise (and by default) the count is 1.
+        otherwise (and by default) the count is 1. A few rows from pooled groups are copied out of the
+        pool in one pass.
         """
+        if entries.shape[0] <= _SMALL and code in self.pools:
+            found, out = pool_rows(self.pools[code][0], self.base, entries, self.group, self.row)
+            if found:
+                return out.view(BY_CODE[code].dtype), 1
         g, first, step, repeat = row_step(entries, self.group, self.row)
         if g >= 0:
             values, n = self.arrays[g], entries.shape[0]
@@ -151,29 +160,31 @@ class Values:
             if repeat == 1 and step >= 1:
                 return values[first : first + step * (n - 1) + 1 : step], 1
             return values[self.row[entries]], 1
-        pool = self.pools.get(code, (None, 0))[0]
-        if pool is not None:
-            uint = _UINT[pool.itemsize]  # bfloat16 is not a numba type: gather the bits
-            found, out = pool_rows(pool.view(uint), self.base, entries, self.group, self.row)
+        dtype = BY_CODE[code].dtype
+        pooled = self.pools.get(code)
+        if pooled is not None:
+            found, out = pool_rows(pooled[0], self.base, entries, self.group, self.row)
             if found:
-                return out.view(pool.dtype), 1
+                return out.view(dtype), 1
         for g in unpooled(entries, self.group, self.base).tolist():
             self._pool(g)
-        pool = self.pools[code][0]
-        uint = _UINT[pool.itemsize]
-        return pool_rows(pool.view(uint), self.base, entries, self.group, self.row)[1].view(pool.dtype), 1
+        return pool_rows(self.pools[code][0], self.base, entries, self.group, self.row)[1].view(dtype), 1
 
     def _pool(self, g: int) -> None:
-        """Copy group ``g``'s values to its type's pool (where operands drawn from several groups are gathered)."""
+        """Copy group ``g``'s values to its type's pool (where operands drawn from several groups are gathered).
+
+        A pool holds the values' bits (bfloat16 is not a numba type).
+        """
         values, code = self.arrays[g], self.codes[g]
+        bits = values.view(_UINT[values.itemsize])
         pool, used = self.pools.get(code, (None, 0))
         n = values.shape[0]
         if pool is None or used + n > pool.shape[0]:
-            grown = np.empty((max(2 * used + n, 1024), values.shape[1]), dtype=values.dtype)
+            grown = np.empty((max(2 * used + n, 1024), values.shape[1]), dtype=bits.dtype)
             if pool is not None:
                 grown[:used] = pool[:used]
             pool = grown
-        pool[used : used + n] = values
+        pool[used : used + n] = bits
         self.pools[code] = (pool, used + n)
         self.base[g] = used
 
@@ -192,7 +203,8 @@ class Values:
         """Evaluate the group ``ids`` of the value key ``key``; ``into``: ``(tensor, view)`` to compute it in."""
         sem, pattern, statics, out_code, _, vb = key
         out = BY_CODE[out_code]
-        if into is not None or (vb is None and sem in INTO and _same_type(pattern, out.dtype)):
+        big = len(ids) > _SMALL  # (a few rows compute faster the plain way)
+        if into is not None or (big and vb is None and sem in INTO and _same_type(pattern, out.dtype)):
             rows = np.empty((len(ids), out.lanes), dtype=out.dtype) if into is None else into[1]
             args, target = self._elementwise(operands, pattern, rows)
             INTO[sem](args, statics, target)
