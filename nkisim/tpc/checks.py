@@ -23,9 +23,9 @@ import numpy as np
 from nkisim.errors import SourceLoc
 from nkisim.tpc.errors import TpcAccessPatternError, TpcRaceError, TpcUnwrittenOutputError
 from nkisim.tpc.glue import TensorAccessPattern
-from nkisim.tpc.tape import progression, row_base
+from nkisim.tpc.tape import row_base
 from nkisim.tpc.trace import AccessLog
-from nkisim.tpc.values import TensorState
+from nkisim.tpc.values import TensorState, progression
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:

@@ -195,13 +195,7 @@ class Trace:
 
     def value_entry(self, op: int, operands: tuple[Any, ...], code: int) -> Vec:
         """Append an ``L_ROWS`` entry that makes a value of type ``code``; returns its handle."""
-        n = len(self.seq)
-        byte = self._codes.get(op)
-        if byte is None or byte == WIDE:
-            self.push(op)
-        else:
-            self.seq.append(byte)
-        self.rows[op].append((n, *operands))
+        self.entry(op, operands)
         return next(self.handles[code])
 
     def mark_stored(self, tensor: int) -> None:

@@ -9,7 +9,7 @@ Tensor loads that step evenly inside a tensor (the usual grid walk) are views of
 a store writes a tensor, the values still viewing it are copied. Stores that fill disjoint vectors
 evenly are one slice assignment, and when all of a tensor's stores in a flush write the values of
 one elementwise group, in order, that group is computed straight into the tensor. Anything else
-takes the compiled gather and scatter of :mod:`nkisim.tpc.tape`. Results are the same either way.
+takes a compiled gather or scatter. Results are the same either way.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from nkisim.tpc.semantics import INTO
-from nkisim.tpc.tape import SCALAR, gather, pool_rows, progression, row_step, scatter, unpooled
+from nkisim.tpc.tape import SCALAR, row_base
 from nkisim.tpc.types import BY_CODE, VType
 
 #: ``fn(args, statics) -> lanes``: the batched numpy semantics of one operation (rows = vectors).
@@ -91,6 +92,148 @@ class TensorState:
             return index, None
         dim0 = d0[:, None] + np.arange(lanes)
         return index, (dim0 >= 0) & (dim0 < sizes[0]) & inside[:, None]
+
+
+@numba.njit(cache=True)
+def progression(
+    coords: np.ndarray, rows: np.ndarray, sizes: np.ndarray, strides: np.ndarray, lanes: int
+) -> tuple[bool, int, int]:  # pragma: no cover
+    """Whether the accesses at ``coords[rows]`` lie wholly inside the tensor at flat offsets ``first + i * step``.
+
+    Returns (that, first, step).
+    """
+    first = 0
+    step = 0
+    for i in range(rows.shape[0]):
+        inside, base = row_base(coords, rows[i], sizes, strides)
+        d0 = coords[rows[i], 0]
+        if not inside or d0 < 0 or d0 + lanes > sizes[0]:
+            return False, 0, 0
+        b = base + d0
+        if i == 0:
+            first = b
+        elif i == 1:
+            step = b - first
+        elif b != first + i * step:
+            return False, 0, 0
+    return True, first, step
+
+
+@numba.njit(cache=True)
+def row_step(entries: np.ndarray, group: np.ndarray, row: np.ndarray) -> tuple[int, int, int, int]:  # pragma: no cover
+    """Where the values of ``entries`` are: (their group, or -1 if several; first row; step; repeat).
+
+    In one group, either the rows step evenly (``first + i * step``, repeat 1), or each of
+    consecutive rows comes ``repeat`` times over (``first + i // repeat``, step 1), or neither
+    (repeat 0).
+    """
+    n = entries.shape[0]
+    g, first = group[entries[0]], row[entries[0]]
+    step = row[entries[1]] - first if n > 1 else 1
+    even = True
+    for i in range(1, n):
+        e = entries[i]
+        if group[e] != g:
+            return -1, 0, 0, 0
+        if row[e] != first + i * step:
+            even = False
+    if even:
+        return g, first, step, 1
+    repeat = 1
+    while repeat < n and row[entries[repeat]] == first:
+        repeat += 1
+    if repeat < 2 or n % repeat:
+        return g, first, 0, 0
+    for i in range(n):
+        if row[entries[i]] != first + i // repeat:
+            return g, first, 0, 0
+    return g, first, 1, repeat
+
+
+@numba.njit(cache=True)
+def unpooled(entries: np.ndarray, group: np.ndarray, base: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """The groups holding values of ``entries`` that are not in their type's pool yet (each once)."""
+    found = np.empty(entries.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(entries.shape[0]):
+        g = group[entries[i]]
+        if base[g] < 0:
+            seen = False
+            for j in range(n):
+                if found[j] == g:
+                    seen = True
+                    break
+            if not seen:
+                found[n] = g
+                n += 1
+    return found[:n]
+
+
+@numba.njit(cache=True)
+def pool_rows(
+    pool: np.ndarray, base: np.ndarray, entries: np.ndarray, group: np.ndarray, row: np.ndarray
+) -> tuple[bool, np.ndarray]:  # pragma: no cover
+    """The values of ``entries`` from their type's pool (row ``base[group] + row`` each), if all are there."""
+    out = np.empty((entries.shape[0], pool.shape[1]), dtype=pool.dtype)
+    for i in range(entries.shape[0]):
+        e = entries[i]
+        b = base[group[e]]
+        if b < 0:
+            return False, out[:0]
+        r = b + row[e]
+        for j in range(pool.shape[1]):
+            out[i, j] = pool[r, j]
+    return True, out
+
+
+@numba.njit(cache=True)
+def gather(
+    out: np.ndarray,
+    coords: np.ndarray,
+    rows: np.ndarray,
+    flat: np.ndarray,
+    sizes: np.ndarray,
+    strides: np.ndarray,
+    lanes: int,
+    pad: np.ndarray,
+) -> None:  # pragma: no cover
+    """Vector loads: ``out[i, :lanes]`` from ``flat`` at ``coords[rows[i]]``; out-of-bounds lanes get ``pad[0]``."""
+    for i in range(out.shape[0]):
+        inside, base = row_base(coords, rows[i], sizes, strides)
+        d0 = coords[rows[i], 0]
+        if inside and d0 >= 0 and d0 + lanes <= sizes[0]:
+            for j in range(lanes):
+                out[i, j] = flat[base + d0 + j]
+        else:
+            for j in range(lanes):
+                e = d0 + j
+                out[i, j] = flat[base + e] if inside and e >= 0 and e < sizes[0] else pad[0]
+
+
+@numba.njit(cache=True)
+def scatter(
+    values: np.ndarray,
+    coords: np.ndarray,
+    rows: np.ndarray,
+    flat: np.ndarray,
+    sizes: np.ndarray,
+    strides: np.ndarray,
+    lanes: int,
+) -> None:  # pragma: no cover
+    """Vector stores in order: ``values[i, :lanes]`` to ``flat`` at ``coords[rows[i]]``, out-of-bounds lanes culled."""
+    for i in range(values.shape[0]):
+        inside, base = row_base(coords, rows[i], sizes, strides)
+        if not inside:
+            continue
+        d0 = coords[rows[i], 0]
+        if d0 >= 0 and d0 + lanes <= sizes[0]:
+            for j in range(lanes):
+                flat[base + d0 + j] = values[i, j]
+            continue
+        for j in range(lanes):
+            e = d0 + j
+            if e >= 0 and e < sizes[0]:
+                flat[base + e] = values[i, j]
 
 
 class Values:
