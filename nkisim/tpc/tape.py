@@ -233,64 +233,50 @@ def column_groups(
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
     """The entries ``start..`` of a column layout with a value (``L_VV`` .. ``L_LD``), by dataflow depth and opcode.
 
-    Returns the entries in that order (program order within a group) and the groups' bounds in it.
+    Returns the entries in that order (program order within a group) and the groups' bounds in it:
+    two stable counting sorts, by opcode (``width`` of them) and then by depth.
     """
     n = 0
+    top = 0
     for e in range(start, ops.shape[0]):
         if 1 <= layout[ops[e]] <= 4:
             n += 1
+            if level[e] > top:
+                top = level[e]
     ids = np.empty(n, dtype=np.int64)
-    keys = np.empty(n, dtype=np.int64)
     i = 0
     for e in range(start, ops.shape[0]):
         if 1 <= layout[ops[e]] <= 4:
             ids[i] = e
-            keys[i] = level[e] * width + ops[e]
             i += 1
-    order = bucket(keys, width)
-    sorted_ids = np.empty(n, dtype=np.int64)
+    counts = np.zeros(width + 1, dtype=np.int64)
+    for i in range(n):
+        counts[ops[ids[i]] + 1] += 1
+    for k in range(width):
+        counts[k + 1] += counts[k]
+    by_op = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        k = ops[ids[i]]
+        by_op[counts[k]] = ids[i]
+        counts[k] += 1
+    counts = np.zeros(top + 2, dtype=np.int64)
+    for i in range(n):
+        counts[level[by_op[i]] + 1] += 1
+    for k in range(top + 1):
+        counts[k + 1] += counts[k]
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        k = level[by_op[i]]
+        order[counts[k]] = by_op[i]
+        counts[k] += 1
     bounds = np.empty(n + 1, dtype=np.int64)
     b = 0
     for j in range(n):
-        sorted_ids[j] = ids[order[j]]
-        if j == 0 or keys[order[j]] != keys[order[j - 1]]:
+        if j == 0 or ops[order[j]] != ops[order[j - 1]] or level[order[j]] != level[order[j - 1]]:
             bounds[b] = j
             b += 1
     bounds[b] = n
-    return sorted_ids, bounds[: b + 1]
-
-
-@numba.njit(cache=True)
-def bucket(keys: np.ndarray, width: int) -> np.ndarray:  # pragma: no cover
-    """A stable counting sort of ``keys`` (each ``level * width + opcode``): the order of the rows."""
-    n = keys.shape[0]
-    order = np.empty(n, dtype=np.int64)
-    tmp = np.empty(n, dtype=np.int64)
-    counts = np.zeros(width + 1, dtype=np.int64)
-    for i in range(n):
-        counts[keys[i] % width + 1] += 1
-    for k in range(width):
-        counts[k + 1] += counts[k]
-    for i in range(n):
-        k = keys[i] % width
-        tmp[counts[k]] = i
-        counts[k] += 1
-    top = 0
-    for i in range(n):
-        lv = keys[i] // width
-        if lv > top:
-            top = lv
-    counts = np.zeros(top + 2, dtype=np.int64)
-    for i in range(n):
-        counts[keys[i] // width + 1] += 1
-    for k in range(top + 1):
-        counts[k + 1] += counts[k]
-    for j in range(n):
-        i = tmp[j]
-        k = keys[i] // width
-        order[counts[k]] = i
-        counts[k] += 1
-    return order
+    return order, bounds[: b + 1]
 
 
 @numba.njit(cache=True)
