@@ -24,7 +24,8 @@ from nkisim.errors import SourceLoc
 from nkisim.tpc.errors import TpcAccessPatternError, TpcRaceError, TpcUnwrittenOutputError
 from nkisim.tpc.glue import TensorAccessPattern
 from nkisim.tpc.tape import row_base
-from nkisim.tpc.trace import AccessLog, TensorState
+from nkisim.tpc.trace import AccessLog
+from nkisim.tpc.values import TensorState, progression
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
@@ -127,40 +128,36 @@ def _foreign(
 
 @numba.njit(cache=True)
 def _patterns_ok(
-    tensor: np.ndarray,
+    rows: np.ndarray,
     coords: np.ndarray,
     member: np.ndarray,
     lanes: np.ndarray,
-    t: int,
     sizes: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    dims: np.ndarray,
-    bounds: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    checked: np.ndarray,
 ) -> bool:  # pragma: no cover
-    """Every access of tensor ``t`` (clipped to it) inside ``a*i + [start_b, end_b]`` of its member, per dim."""
-    first = np.empty(5, dtype=np.int64)
-    last = np.empty(5, dtype=np.int64)
-    for i in range(tensor.shape[0]):
-        if tensor[i] != t:
-            continue
+    """Every access ``rows`` of a tensor (clipped to it) inside its member's range, per checked dim.
+
+    ``low[m, d]``..``high[m, d]``: the elements of dim ``d`` member ``m`` may touch (``a*i + [start_b, end_b]``).
+    """
+    for i in rows:
         inside = True
         for d in range(5):
             f = coords[i, d]
             e = f + (lanes[i] - 1 if d == 0 else 0)
-            first[d] = f if f > 0 else 0
-            last[d] = e if e < sizes[d] - 1 else sizes[d] - 1
-            if first[d] > last[d]:
+            if (f if f > 0 else 0) > (e if e < sizes[d] - 1 else sizes[d] - 1):
                 inside = False
+                break
         if not inside:
             continue
         m = member[i]
-        for d in range(dims.shape[0]):
-            a, sb, eb = bounds[d, 0], bounds[d, 1], bounds[d, 2]
-            if sizes[d] == 1 and d > 0 and a == 0 and sb == 0 and eb == 0:
+        for d in range(checked.shape[0]):
+            if not checked[d]:
                 continue
-            j = dims[d]
-            if first[d] < a * lo[m, j] + sb or last[d] > a * (hi[m, j] - 1) + eb:
+            f = coords[i, d]
+            e = f + (lanes[i] - 1 if d == 0 else 0)
+            if (f if f > 0 else 0) < low[m, d] or (e if e < sizes[d] - 1 else sizes[d] - 1) > high[m, d]:
                 return False
     return True
 
@@ -183,6 +180,10 @@ class Footprint:
             else None
         )
         self.where = where  # kernel, device, kernel loc, member -> tpc
+        # [tensor, is store]: the number of accesses
+        found = np.bincount(access.tensor * 2 + access.store, minlength=2 * len(tensors)) if len(access) else None
+        self._per = np.zeros((len(tensors), 2), dtype=np.int64) if found is None else found.reshape(-1, 2)
+        self._selected: dict[tuple[int, bool], np.ndarray] = {}
 
     def _error(self, cls: type, rule: str, loc: SourceLoc, member: int | None = None) -> Exception:
         w = self.where
@@ -191,11 +192,16 @@ class Footprint:
 
     def counts(self, store: bool) -> dict[int, int]:
         """Vector loads (or stores) per tensor."""
-        if self.rows is None:
-            return {}
-        sel = self.rows["store"] == store
-        found = np.bincount(self.rows["tensor"][sel], minlength=len(self.tensors))
-        return {i: int(c) for i, c in enumerate(found) if c}
+        return {i: int(c) for i, c in enumerate(self._per[:, int(store)]) if c}
+
+    def _select(self, t: int, store: bool) -> np.ndarray:
+        """The access rows of tensor ``t``'s loads (or stores)."""
+        key = (t, store)
+        if key not in self._selected:
+            r = self.rows
+            assert r is not None
+            self._selected[key] = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        return self._selected[key]
 
     def check_patterns(self, patterns: dict[int, TensorAccessPattern], lo: np.ndarray, hi: np.ndarray) -> None:
         """Every access inside its member's declared range, dimension by dimension."""
@@ -210,11 +216,22 @@ class Footprint:
                 continue
             sizes = self.tensors[t].sizes
             maps = pattern.mapping[:5]
-            dims = np.array([m.indexSpaceDim for m in maps], dtype=np.int64)
-            bounds = np.array([[m.a, m.start_b, m.end_b] for m in maps], dtype=np.float64).reshape(-1, 3)
-            if _patterns_ok(r["tensor"], r["coords"], r["member"], r["lanes"], t, sizes, lo, hi, dims, bounds):
+            checked = np.array(
+                [
+                    not (sizes[d] == 1 and d > 0 and m.a == 0 and m.start_b == 0 and m.end_b == 0)
+                    for d, m in enumerate(maps)
+                ],
+                dtype=np.bool_,
+            )
+            low = np.zeros((lo.shape[0], len(maps)))
+            high = np.zeros((lo.shape[0], len(maps)))
+            for d, m in enumerate(maps):
+                a, j = np.float64(m.a), m.indexSpaceDim
+                low[:, d] = a * lo[:, j] + np.float64(m.start_b)
+                high[:, d] = a * (hi[:, j] - 1) + np.float64(m.end_b)
+            if _patterns_ok(sel, r["coords"], r["member"], r["lanes"], sizes, low, high, checked):
                 continue  # the common case; the numpy pass below finds and describes the violation
-            coords, member, lanes = r["coords"][sel], r["member"][sel], r["lanes"][sel]
+            coords, member, lanes = r["coords"][sel].astype(np.int64), r["member"][sel], r["lanes"][sel]
             first = coords.copy()
             last = coords.copy()
             last[:, 0] += lanes - 1
@@ -247,7 +264,7 @@ class Footprint:
         """Flat elements a tensor's loads (or stores) touch in bounds, their members, and ``k -> access row``."""
         r = self.rows
         assert r is not None
-        sel = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        sel = self._select(t, store)
         if not sel.size:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, int
@@ -262,18 +279,28 @@ class Footprint:
         """Access rows of tensor ``t``'s loads (or stores): their numbers, coordinates, members, and the lanes."""
         r = self.rows
         assert r is not None
-        sel = np.flatnonzero((r["tensor"] == t) & (r["store"] == store))
+        sel = self._select(t, store)
         lanes = int(r["lanes"][sel[0]]) if sel.size else 0
         return sel, r["coords"][sel], r["member"][sel], lanes
 
-    def check_races(self) -> dict[int, np.ndarray]:
-        """No member touches what another writes; returns each written tensor's owner map (member per element, -1)."""
-        written: dict[int, np.ndarray] = {}
+    def check_races(self) -> dict[int, np.ndarray | None]:
+        """No member touches what another writes; returns each written tensor's owner map (member per element, -1).
+
+        The map is None for a tensor whose every element is written exactly once and never read
+        (the usual output): its stores, in program order, are consecutive vectors filling it.
+        """
+        written: dict[int, np.ndarray | None] = {}
         if self.rows is None:
             return written
-        r = self.rows
-        for t in np.unique(r["tensor"][r["store"]]).tolist():
+        for t in np.flatnonzero(self._per[:, 1]).tolist():
             tensor = self.tensors[t]
+            if not self._per[t, 0]:
+                rows = self._select(t, True)
+                lanes = int(self.access.lanes[rows[0]])
+                regular, first, step = progression(self.access.coords, rows, tensor.sizes, tensor.strides, lanes)
+                if regular and first == 0 and step == lanes and rows.size * lanes == tensor.data.size:
+                    written[t] = None
+                    continue
             rows, coords, member, lanes = self._rows(t, True)
             owner = np.full(tensor.data.size, -1, dtype=np.int32)
             bad = _own(owner, coords, member, tensor.sizes, tensor.strides, lanes)
@@ -307,12 +334,12 @@ class Footprint:
             written[t] = owner
         return written
 
-    def check_coverage(self, outputs: list[int], written: dict[int, np.ndarray]) -> None:
-        """Every element of every output written by some member (``written``: the owner maps)."""
+    def check_coverage(self, outputs: list[int], written: dict[int, np.ndarray | None]) -> None:
+        """Every element of every output written by some member (``written``: the owner maps, None: all written)."""
         for t in outputs:
             owner = written.get(t)
             size = self.tensors[t].data.size
-            if owner is not None and (size == 0 or int(owner.min()) >= 0):
+            if (t in written and owner is None) or (owner is not None and (size == 0 or int(owner.min()) >= 0)):
                 continue
             missing = np.flatnonzero(owner < 0) if owner is not None else np.arange(size)
             raise self._error(

@@ -21,11 +21,11 @@ from nkisim.tpc.families import emit, method
 from nkisim.tpc.intrinsics import INTRINSICS, IntrinsicSpec
 from nkisim.tpc.tape import Op, opcode
 from nkisim.tpc.trace import C_LD, C_NONE, K_SRC, K_STV, M_LST, M_NONE, STORE, Trace
-from nkisim.tpc.types import VECTOR_BYTES, VTYPES, Vec, int5, node_of
+from nkisim.tpc.types import VECTOR_BYTES, VTYPES, Vec, int5
 
 #: The opcodes of ``aso()`` and of a VLM store (``ST_L_V``, its value the operand).
 _ASO = opcode(Op(None, ((STORE, C_NONE, M_NONE, -1, (), ()),)))
-_ST_L_V = opcode(Op(None, ((STORE, C_NONE, M_LST, -1, (0,), (K_STV,)),)))
+_ST_L_V = opcode(Op(None, ((STORE, C_NONE, M_LST, -1, (0,), (K_STV,)),), refs=(0,)))
 
 
 class TpcCoherenceWarning(UserWarning):
@@ -202,7 +202,7 @@ class TpcContext:
                 member=self._member,
                 device=self._device,
             )
-        n = self._t.entry(_ST_L_V, (node_of(value, 4),))
+        n = self._t.entry(_ST_L_V, (value,))
         if bool(predicate) ^ bool(polarity):
             self._vlm[addr] = (value, n)
 

@@ -9,6 +9,7 @@ which builds the opcode from the call's operand pattern and interns it.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -40,11 +41,17 @@ from nkisim.tpc.trace import (
     VPU,
     tensor_opcode,
 )
-from nkisim.tpc.types import VEC_OF, Pair, Vec, VType, code_of, node_of, predicate_type, vec
+from nkisim.tpc.types import Pair, Vec, VType, code_of, predicate_type
 
 _getframe = sys._getframe
 #: Files whose frames are not the caller of an intrinsic.
 _OWN_FILES = frozenset({__file__, sys.modules["nkisim.tpc.fast"].__file__})
+
+
+@functools.cache
+def _value_opcode(key: tuple[Any, ...], uop: tuple[Any, ...]) -> int:
+    """The opcode of a value of grouping key ``key`` made by the one micro-op ``uop`` (no :class:`Op` is built)."""
+    return opcode(Op(key, (uop,)))
 
 
 def _type_error(ctx: Any, spec: IntrinsicSpec, operand: str, got: object, want: str) -> Exception:
@@ -119,7 +126,7 @@ def emit(
         deps = tuple(range(len(args), len(args) + len(local_load)))
         uop = (LOAD, C_LD, M_LLD, -1, deps, (K_SRC,) * len(deps))
         args = (*args, *local_load)
-    return vec(ctx._t.entry(opcode(Op(key, (uop,))), args), out)
+    return ctx._t.value_entry(_value_opcode(key, uop), args, out.code)
 
 
 def _binary(spec: IntrinsicSpec) -> PerContext:
@@ -248,7 +255,7 @@ def _bits(spec: IntrinsicSpec) -> Callable[..., Vec]:
         if not isinstance(a, Vec) or a.vtype.is_predicate:
             raise _type_error(self, spec, "a", a, "a vector")
         op = opcode(Op((spec.sem, (a.vtype.code,), (out.dtype,), out.code, a.vtype.code, None), (), alias=True))
-        return vec(self._t.entry(op, (a,)), out)
+        return self._t.value_entry(op, (a,), out.code)
 
     return method
 
@@ -269,7 +276,7 @@ def _macro(spec: IntrinsicSpec, uops: tuple[tuple[Any, ...], ...]) -> PerContext
     def method(self: Any, x: Any) -> Vec:
         _operand(self, spec, "x", x, vt, scalar_ok=False)
         self._uses_lookup(spec.name)
-        return vec(self._t.entry(op, (x,)), vt)
+        return self._t.value_entry(op, (x,), vt.code)
 
     fast = opcode(Op((spec.sem, (vt.code,), (), vt.code, vt.code, None), uops, layout=L_V))
     return PerContext(method, unary_maker(vt.code, fast))
@@ -322,8 +329,7 @@ def _record_access(ctx: Any, op: int, coords: Any, value: Any) -> int:
     t = ctx._t
     view = coords_view(ctx, coords)
     t.cb.extend(_coords(coords) if view is None else view)
-    n = len(t.seq)
-    t.seq.append(op)
+    n = t.push(op)
     if value is not None:
         t.xs.append(value)
     if t.locating:
@@ -357,8 +363,8 @@ def _ld_tnsr(spec: IntrinsicSpec) -> PerContext:
             # predicated off: the income, no memory access
             mov = INTRINSICS[f"v_{vt.prefix}_mov_b"]
             return emit(self, mov, (0 if income is None else income,), (K_SRC,), (), True, False, None, None, C_LD)
-        n = _record_access(self, tensor_opcode(vt, tensor, False), coords, None)
-        return VEC_OF[vcode](n << 4 | vcode)
+        _record_access(self, tensor_opcode(vt, tensor, False), coords, None)
+        return next(t.handles[vcode])
 
     return PerContext(method, load_maker(vcode))
 
@@ -379,8 +385,8 @@ def _st_tnsr(spec: IntrinsicSpec) -> PerContext:
         if not (predicate is True and polarity is False) and not (bool(predicate) ^ bool(polarity)):
             op = off.get(tensor)  # predicated off: the instruction issues, nothing is written
             if op is None:
-                op = off[tensor] = opcode(Op(None, ((STORE, C_NONE, M_GST, tensor, (0,), (K_STV,)),)))
-            t.entry(op, (node_of(value, 4),))
+                op = off[tensor] = opcode(Op(None, ((STORE, C_NONE, M_GST, tensor, (0,), (K_STV,)),), refs=(0,)))
+            t.entry(op, (value,))
             return
         _record_access(self, tensor_opcode(vt, tensor, True), coords, value)
         self._stored.add(tensor)

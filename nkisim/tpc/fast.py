@@ -2,7 +2,8 @@
 
 ``ctx.v_f32_ld_tnsr_b`` and the like are :class:`PerContext` descriptors: on a context, the first
 access builds a closure bound to that context's trace columns and caches it on the context, so a
-call is one Python frame that appends its opcode and operands to flat lists and returns the handle.
+call is one Python frame that appends its opcode (as the trace's byte for it) and operands to flat
+lists and returns the next handle of its result type.
 A call the closure does not cover (predicated, a type error, a tensor with stores pending, other
 coordinates than a numpy int32[5]) goes to the class's method, which checks and records it in full.
 On the class, the attribute is that method. The closures do not record the calling line of a
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nkisim.tpc.trace import WIDE
 from nkisim.tpc.types import VEC_OF, Vec
 
 _I32 = np.dtype(np.int32)
@@ -46,6 +48,15 @@ class PerContext:
         return fn
 
 
+def _full(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
+    """Every call through the full method (the opcodes have no byte of their own in this trace)."""
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        return plain(ctx, *args, **kwargs)
+
+    return full
+
+
 def coords_view(ctx: Any, coords: Any) -> memoryview | None:
     """The bytes view of ``coords`` if it is a C-contiguous numpy int32[5] (cached on ``ctx``), else None."""
     cache = ctx._coords_ok
@@ -60,14 +71,13 @@ def coords_view(ctx: Any, coords: Any) -> memoryview | None:
 
 def load_maker(vcode: int) -> Maker:
     """The closure maker of a vector load of type ``vcode``."""
-    out = VEC_OF[vcode]
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
         fast = t.ld_fast[vcode]
-        seq = t.seq
-        push, coords_push = seq.append, t.cb.extend
+        push, coords_push = t.seq.append, t.cb.extend
         cache = ctx._coords_ok
+        made, step = t.handles[vcode], next
 
         def load(
             coords: Any,
@@ -77,13 +87,15 @@ def load_maker(vcode: int) -> Maker:
             predicate: Any = True,
             polarity: Any = False,
         ) -> Vec:
-            op = fast.get(tensor)
-            if op is None or coords is not cache[0] or predicate is not True or polarity is not False:
-                return plain(ctx, coords, tensor, switches, income, predicate, polarity)
-            n = len(seq)
-            push(op)
-            coords_push(cache[1])
-            return out(n << 4 | vcode)
+            if coords is cache[0] and predicate is True and polarity is False:
+                try:
+                    push(fast[tensor])
+                except KeyError:
+                    pass
+                else:
+                    coords_push(cache[1])
+                    return step(made)
+            return plain(ctx, coords, tensor, switches, income, predicate, polarity)
 
         return load
 
@@ -97,26 +109,22 @@ def store_maker(vcode: int) -> Maker:
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
         fast = t.st_fast[vcode]
-        seq = t.seq
-        push, x_push, coords_push = seq.append, t.xs.append, t.cb.extend
+        push, x_push, coords_push = t.seq.append, t.xs.append, t.cb.extend
         cache = ctx._coords_ok
 
         def store(
             coords: Any, tensor: int, value: Any, switches: int = 0, predicate: Any = True, polarity: Any = False
         ) -> None:
-            op = fast.get(tensor)
-            if (
-                op is None
-                or type(value) is not vec
-                or coords is not cache[0]
-                or predicate is not True
-                or polarity is not False
-            ):
-                return plain(ctx, coords, tensor, value, switches, predicate, polarity)
-            push(op)
-            x_push(value)
-            coords_push(cache[1])
-            return None
+            if type(value) is vec and coords is cache[0] and predicate is True and polarity is False:
+                try:
+                    push(fast[tensor])
+                except KeyError:
+                    pass
+                else:
+                    x_push(value)
+                    coords_push(cache[1])
+                    return None
+            return plain(ctx, coords, tensor, value, switches, predicate, polarity)
 
         return store
 
@@ -125,13 +133,16 @@ def store_maker(vcode: int) -> Maker:
 
 def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker:
     """The closure maker of an unpredicated binary op on two vectors, or a vector and a Python float or int."""
-    vec, out = VEC_OF[vcode], VEC_OF[ocode]
-    scalars = (float, int) if op_vs is not None else ()
+    vec = VEC_OF[vcode]
+    real, whole = (float, int) if op_vs is not None else (None, None)  # the Python scalars it takes
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
-        seq = t.seq
-        push, x_push, f_push = seq.append, t.xs.append, t.fs.append
+        code_vv, code_vs = t.code(op_vv), t.code(op_vs) if op_vs is not None else None
+        if WIDE in (code_vv, code_vs):
+            return _full(ctx, plain)
+        push, x_push, f_push = t.seq.append, t.xs.append, t.fs.append
+        made, step = t.handles[ocode], next
 
         def binary(
             a: Any, b: Any, switches: int = 0, income: Any = None, predicate: Any = True, polarity: Any = False
@@ -139,17 +150,15 @@ def binary_maker(vcode: int, ocode: int, op_vv: int, op_vs: int | None) -> Maker
             if type(a) is vec and switches == 0 and predicate is True and polarity is False:
                 tb = type(b)
                 if tb is vec:
-                    n = len(seq)
-                    push(op_vv)
+                    push(code_vv)
                     x_push(a)
                     x_push(b)
-                    return out(n << 4 | ocode)
-                if tb in scalars:
-                    n = len(seq)
-                    push(op_vs)
+                    return step(made)
+                if tb is real or tb is whole:
+                    push(code_vs)
                     x_push(a)
                     f_push(b)
-                    return out(n << 4 | ocode)
+                    return step(made)
             return plain(ctx, a, b, switches, income, predicate, polarity)
 
         return binary
@@ -163,15 +172,17 @@ def unary_maker(vcode: int, op: int) -> Maker:
 
     def make(ctx: Any, plain: Callable[..., Any]) -> Callable[..., Any]:
         t = ctx._t
-        seq = t.seq
-        push, x_push = seq.append, t.xs.append
+        code = t.code(op)
+        if code == WIDE:
+            return _full(ctx, plain)
+        push, x_push = t.seq.append, t.xs.append
+        made, step = t.handles[vcode], next
 
         def macro(x: Any) -> Vec:
             if type(x) is vec and ctx.lookup_at is not None:
-                n = len(seq)
-                push(op)
+                push(code)
                 x_push(x)
-                return vec(n << 4 | vcode)
+                return step(made)
             return plain(ctx, x)
 
         return macro

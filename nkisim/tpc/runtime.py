@@ -48,8 +48,9 @@ from nkisim.tpc.glue import (
 )
 from nkisim.tpc.schedule import latency_matrix, schedule_member
 from nkisim.tpc.semantics import SEMANTICS
-from nkisim.tpc.trace import SLOT_NAMES, TensorState, Trace, code_line
+from nkisim.tpc.trace import SLOT_NAMES, Trace, code_line
 from nkisim.tpc.types import BY_DTYPE
+from nkisim.tpc.values import TensorState
 
 #: A tensor parameter of a kernel (an opaque int handle, as in TPC-C).
 tensor = NewType("tensor", int)
@@ -171,7 +172,8 @@ class TpcResult:
         )
 
 
-def _as_array(x: Any, what: str, loc: SourceLoc, name: str) -> np.ndarray:
+def _as_array(x: Any, what: str, loc: SourceLoc, name: str, copy: bool = True) -> np.ndarray:
+    """``x`` as a C-contiguous TPC tensor (a copy, or, with ``copy=False``, possibly ``x`` itself)."""
     array = np.ascontiguousarray(x)
     if array.dtype not in BY_DTYPE or array.ndim > 5 or array.ndim == 0:
         raise TpcSignatureError(
@@ -180,7 +182,7 @@ def _as_array(x: Any, what: str, loc: SourceLoc, name: str) -> np.ndarray:
             loc=loc,
             kernel=name,
         )
-    return array.copy()
+    return array.copy() if copy else array
 
 
 def _geometry(a: np.ndarray) -> TensorGeometry:
@@ -198,9 +200,7 @@ class _Plan:
     pads: list[float]
 
 
-def _from_glue(
-    glue: Glue, inputs: list[np.ndarray], outputs: list[np.ndarray], params: Any, cfg: TpcConfig
-) -> _Plan:
+def _from_glue(glue: Glue, inputs: list[np.ndarray], outputs: list[np.ndarray], params: Any, cfg: TpcConfig) -> _Plan:
     guid = glue.GetKernelName()
     in_defs = HabanaKernelParams(
         deviceId=DeviceId(cfg.device_id),
@@ -389,11 +389,11 @@ def run(
     if order not in ("contiguous", "shuffle"):
         raise ValueError(f"order={order!r}: choose 'contiguous' or 'shuffle'")
     name = getattr(glue_or_kernel, "name", type(glue_or_kernel).__name__)
-    ins = [_as_array(x, f"input {i}", loc, name) for i, x in enumerate(inputs)]
+    ins = [_as_array(x, f"input {i}", loc, name, copy=False) for i, x in enumerate(inputs)]  # copied if stored to
     if outputs is None:
         if not ins:
             raise TpcSignatureError("no inputs and no outputs= given", loc=loc, kernel=name)
-        outs = [np.zeros_like(ins[0])]
+        outs = [np.zeros(ins[0].shape, dtype=ins[0].dtype)]  # calloc: pages are zeroed as they are first written
     else:
         outs = [
             np.zeros(o[0], dtype=o[1]) if isinstance(o, tuple) else _as_array(o, f"output {i}", loc, name)
@@ -411,7 +411,9 @@ def run(
     _check_signature(plan, n_tensors, cfg)
     roles = ["input"] * len(ins) + ["output"] * len(outs) + ["aux"] * len(plan.aux)
     pads = [plan.pads[i] if i < len(plan.pads) else pad_value for i in range(n_tensors)]
-    states = [TensorState.make(i, a, BY_DTYPE[a.dtype], pads[i], roles[i]) for i, a in enumerate(arrays)]
+    states = [
+        TensorState.make(i, a, BY_DTYPE[a.dtype], pads[i], roles[i], owned=i >= len(ins)) for i, a in enumerate(arrays)
+    ]
     trace = Trace(states, SEMANTICS)
     boxes = partition(plan.geometry, tpcs, order, seed)
     tpc_of = [k % tpcs for k in range(len(boxes))]
@@ -419,12 +421,13 @@ def run(
     for m in range(len(boxes)):
         member_entries.append(len(trace.seq))
         _run_member(trace, plan, cfg, boxes, tpc_of, m, n_tensors).check_local_budget()
-    trace.flush()
-    per_member, mem_accesses, first_uop = trace.micro_ops(member_entries)
-    member_entries.append(len(trace.seq))
-    member_uops = [(int(first_uop[a]), int(first_uop[b])) for a, b in itertools.pairwise(member_entries)]
+    trace.flush(last=True)
+    bodies = trace.micro_ops(member_entries)
+    first_uop = bodies[2].tolist()
+    member_uops = list(itertools.pairwise(first_uop))
     lo = np.array([b[0] for b in boxes], dtype=np.int64)
     hi = lo + np.array([b[1] for b in boxes], dtype=np.int64)
+
     def locate(member: int, k: int) -> SourceLoc:
         """The kernel line of ``member``'s ``k``-th tensor access: its member run again, recording lines."""
         copies = [TensorState.make(s.index, s.data.copy(), s.vtype, s.pad, s.role) for s in states]
@@ -439,7 +442,7 @@ def run(
         return SourceLoc(code.co_filename, code_line(code, again.lastis[k]), code.co_name)
 
     foot = Footprint(
-        trace.access_log(member_entries[:-1], locate),
+        trace.access_log(member_entries, locate),
         states,
         {"kernel": plan.name, "device": cfg.name, "loc": plan.kern.loc, "tpc_of": tpc_of},
     )
@@ -448,7 +451,7 @@ def run(
     written = foot.check_races()
     foot.check_coverage([i for i, r in enumerate(roles) if r == "output"], written)
     return _timed(
-        (per_member, mem_accesses),
+        bodies,
         plan,
         cfg,
         boxes,
@@ -490,7 +493,7 @@ def _run_member(
 
 
 def _timed(
-    members: tuple[list[tuple[np.ndarray, ...]], list[int]],
+    bodies: tuple[np.ndarray, list[tuple[np.ndarray, ...] | None], np.ndarray, list[int]],
     plan: _Plan,
     cfg: TpcConfig,
     boxes: list[tuple[np.ndarray, np.ndarray]],
@@ -503,7 +506,7 @@ def _timed(
 ) -> TpcResult:
     """Schedule every member, put the TPCs on the execution core's timeline, and collect the counters.
 
-    ``members``: each member's scheduler columns and its HBM accesses (:meth:`Trace.micro_ops`).
+    ``bodies``: :meth:`Trace.micro_ops`; a member with the body of an earlier one takes its schedule.
     """
     lat = latency_matrix(cfg.latency)
     active = len(set(tpc_of))
@@ -514,9 +517,16 @@ def _timed(
     slot_busy = np.zeros(4, dtype=np.int64)
     issues: list[np.ndarray] = []
     slots: list[np.ndarray] = []
-    per_member, mem_accesses = members
+    rep, per_member, _, mem_accesses = bodies
+    schedules: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}  # cycles, issue, slots, slot use
     for m, (first, last) in enumerate(member_uops):
-        if last == first:
+        same = schedules.get(int(rep[m]))
+        if same is not None:
+            cycles = same[0]
+            slot_busy += same[3]
+            issues.append(same[1].copy())
+            slots.append(same[2].copy())
+        elif last == first:
             cycles = 0
             issues.append(np.zeros(0, dtype=np.int64))
             slots.append(np.zeros(0, dtype=np.int64))
@@ -532,9 +542,11 @@ def _timed(
                 *arrays, lat, cfg.latency.lookup_issue_cycles, cfg.ld_tnsr_in_store_slot, transfer, horizon
             )
             cycles = max(int(end), math.ceil(mem_free))
-            slot_busy += np.bincount(used, minlength=4)
+            busy = np.bincount(used, minlength=4)
+            slot_busy += busy
             issues.append(issue)
             slots.append(used)
+            schedules[m] = (cycles, issue, used, busy)
         member_cycles.append(cycles)
         tpc = tpc_of[m]
         per_tpc[tpc] = per_tpc.get(tpc, 0) + cycles

@@ -46,7 +46,7 @@ def _f(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if _is_bf16(x) or x.dtype == np.float16 else x
 
 
-_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+_BINARY: dict[str, np.ufunc] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
@@ -55,6 +55,14 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 for _name, _ufunc in _BINARY.items():
     _register(_name, lambda a, s, u=_ufunc: u(_f(a[0]), _f(a[1])))
+
+#: ``fn(args, statics, out)``: semantics that write their result straight into ``out`` (of the
+#: result type), valid when every operand is of that type and it is float32 or an integer type (the
+#: 16-bit floats compute in float32). They are elementwise: operands may be of any shapes that
+#: broadcast to ``out``'s.
+INTO: dict[int, Callable[[list[np.ndarray], tuple[Any, ...], np.ndarray], Any]] = {
+    SEM[name]: lambda a, s, out, u=ufunc: u(a[0], a[1], out=out) for name, ufunc in _BINARY.items()
+}
 
 _register("abs", lambda a, s: np.abs(a[0]))
 _register("mov", lambda a, s: a[0])
@@ -96,11 +104,19 @@ for _name, _ufunc in (("add", np.add), ("max", np.maximum), ("min", np.minimum))
 
 
 def _special(fn: Callable[[np.ndarray], np.ndarray]) -> Fn:
-    def run(a: list[np.ndarray], s: tuple[Any, ...]) -> np.ndarray:
+    if isinstance(fn, np.ufunc):  # the float64 loop on the widened operand, without a widened copy
+
+        def run(a: list[np.ndarray], s: tuple[Any, ...]) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                return fn(a[0], dtype=np.float64)
+
+        return run
+
+    def run_widened(a: list[np.ndarray], s: tuple[Any, ...]) -> np.ndarray:
         with np.errstate(all="ignore"):
             return fn(a[0].astype(np.float64))
 
-    return run
+    return run_widened
 
 
 SPECIAL_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -114,6 +130,13 @@ SPECIAL_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 for _name, _fn in SPECIAL_FUNCTIONS.items():
     _register(_name, _special(_fn))
+    if isinstance(_fn, np.ufunc):  # the float64 loop, its result rounded to float32 as it is stored
+
+        def _special_into(a: list[np.ndarray], s: tuple[Any, ...], out: np.ndarray, fn: np.ufunc = _fn) -> None:
+            with np.errstate(all="ignore"):
+                fn(a[0], dtype=np.float64, out=out, casting="unsafe")
+
+        INTO[SEM[_name]] = _special_into
 
 _ROUNDERS = {SW_RHNE: np.rint, SW_RZ: np.trunc, SW_RU: np.ceil, SW_RD: np.floor}
 

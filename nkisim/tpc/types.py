@@ -1,12 +1,14 @@
 """TPC-C value types: 2048-bit vectors, predicates, pairs and ``int5`` coordinates.
 
-A vector value is an immutable handle (:class:`Vec`) on a node of the kernel's trace; its lanes are
+A vector value is an immutable handle (:class:`Vec`) on a value of the kernel's trace; its lanes are
 computed in batches with numpy (see :mod:`nkisim.tpc.trace`). Like on the hardware, a kernel cannot
 read a lane back into a scalar, so its control flow never waits for vector data.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,15 +91,16 @@ def _no_arithmetic(name: str) -> Any:
 
 
 class Vec(int):
-    """An immutable vector (or predicate) value: a handle on a node of the trace and its type.
+    """An immutable vector (or predicate) value: a handle on a value of the trace and its type.
 
-    A small integer (``node * 16 + type code``), so that millions of them cost the garbage collector
-    nothing. Each type's vectors are of its own subclass (``VEC_OF[code]``), so the recording fast
-    paths test a value's type with one identity check. Its lanes are not readable by the kernel
-    (see :meth:`nkisim.tpc.TpcContext.lanes` to debug).
+    A small integer (``k * 16 + type code``: the trace's ``k``-th value of that type), so that millions
+    of them cost the garbage collector nothing. Each type's vectors are of its own subclass
+    (``VEC_OF[code]``), so the recording fast paths test a value's type with one identity check.
+    Handles are interned (:func:`handles`): a run hands out existing objects instead of making new
+    ones. Its lanes are not readable by the kernel.
 
     Attributes:
-        id: the node's index in its trace.
+        id: ``k``, the value's number among its type's values in the trace.
         vtype: its :class:`VType`.
     """
 
@@ -134,18 +137,42 @@ class Vec(int):
     __float__ = __int__ = _no_arithmetic("a conversion to a Python number")
 
 
-#: The class of each type's vectors, by type code: ``VEC_OF[code](node << 4 | code)`` makes one.
+#: The class of each type's vectors, by type code: ``VEC_OF[code](k << 4 | code)`` makes one.
 VEC_OF: dict[int, type[Vec]] = {
     code: type(f"Vec[{vt.name}]", (Vec,), {"__slots__": (), "__module__": __name__}) for code, vt in BY_CODE.items()
 }
 
+#: Handles kept for reuse per type code (at most ``_POOL_CAP`` each): making an int subclass
+#: object costs about as much as the rest of a recorded call, and equal handles are interchangeable.
+_POOL: dict[int, list[Vec]] = {code: [] for code in VEC_OF}
+_POOL_CAP = 1 << 18
+_CHUNK = 4096
 
-def vec(node: int, vtype: VType) -> Vec:
-    """The vector value of trace node ``node``, of type ``vtype``."""
-    return VEC_OF[vtype.code](node << 4 | vtype.code)
 
-#: ``node`` and type code of a Vec, for the recording fast paths.
-node_of = int.__rshift__
+def handles(code: int) -> Iterator[Vec]:
+    """The handles ``k = 0, 1, ...`` of type ``code``, in order: interned ones first, then new ones.
+
+    The pool grows, chunk by chunk, as far as a run takes it (up to its cap), so later runs of the
+    same size make no handle objects at all.
+    """
+    pool, cls = _POOL[code], VEC_OF[code]
+
+    def chunks() -> Iterator[list[Vec]]:
+        k = 0
+        while True:
+            chunk = pool[k : k + _CHUNK]
+            if not chunk:
+                chunk = list(map(cls, range(k << 4 | code, (k + _CHUNK) << 4 | code, 16)))
+                if len(pool) == k and k < _POOL_CAP:
+                    pool.extend(chunk)
+            k += len(chunk)
+            yield chunk
+
+    return itertools.chain.from_iterable(chunks())
+
+
+#: ``k`` and type code of a Vec.
+id_of = int.__rshift__
 code_of = int.__and__
 
 
