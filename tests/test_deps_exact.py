@@ -121,6 +121,60 @@ def test_tracker_matches_a_byte_level_reference_with_coarse_hbm_cells(data):
         _run_both(storage, data.draw(programs(storage)))
 
 
+class ManyStorages:
+    """The byte-level reference over several storages (one :class:`ByteReference` each, tracks shared)."""
+
+    def __init__(self, storages) -> None:
+        self.refs = {s.uid: ByteReference(s.rows, s.row_bytes) for s in storages}
+        self.tracks: dict[int, int] = {}
+
+    def ready_both(self, reads, writes, track):
+        best, who = 0.0, -1
+        for region in reads:
+            ref = self.refs[region.storage.uid]
+            ref.tracks = self.tracks
+            best, who = ref._latest(ref.write_end, ref.writer, region, track, best, who)
+        after_reads = (best, who)
+        for region in writes:
+            ref = self.refs[region.storage.uid]
+            ref.tracks = self.tracks
+            best, who = ref._latest(ref.write_end, ref.writer, region, track, best, who)
+            best, who = ref._latest(ref.read_end, ref.reader, region, track, best, who)
+        return after_reads, (best, who)
+
+    def commit(self, reads, writes, end, index, track, visible):
+        self.tracks[index] = track
+        for s_uid, ref in self.refs.items():
+            ref.commit(
+                [r for r in reads if r.storage.uid == s_uid],
+                [w for w in writes if w.storage.uid == s_uid],
+                end,
+                index,
+                track,
+                visible,
+            )
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growing_arena(data):
+    # one row (a batch-1 HBM tensor's shape), a few rows and a tall column of rows: both ways of visiting cells
+    storages = [Storage("sbuf", 1, 300), Storage("hbm", 2, 200), Storage("sbuf", 16, 130)]
+    tracker, reference = AccessTracker(SYNC), ManyStorages(storages)
+    free = [0.0] * 4
+    with patch.object(deps, "FIRST_ARENA_CELLS", 8):  # every new storage grows the arena
+        for index in range(data.draw(st.integers(1, 30))):
+            reads = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=3))
+            writes = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=2))
+            track = data.draw(st.integers(0, 3))
+            got, expected = tracker.ready_both(reads, writes, track), reference.ready_both(reads, writes, track)
+            assert got == expected, f"instruction {index}: {got} != {expected}"
+            end = max(expected[1][0], free[track]) + data.draw(st.integers(0, 3)) * 10.0
+            free[track] = end
+            tracker.commit(reads, writes, end, index, track, end + 7.0)
+            reference.commit(reads, writes, end, index, track, end + 7.0)
+
+
 def test_split_cells_merge_back_when_covered_whole():
     storage = Storage("sbuf", 2, 256)
     tracker = AccessTracker(SYNC)

@@ -42,6 +42,8 @@ FIRST_LONGEST = 4
 HBM_CELLS = 1 << 18
 #: Cells of both maps the arena holds at first (48 MiB of address space: SBUF's maps and a few HBM tensors').
 FIRST_ARENA_CELLS = 1 << 22
+#: Below this many rows a region's cells are visited one by one rather than a column at a time.
+SHORT_COLUMN = 8
 #: Bytes per cell on chip.
 ON_CHIP_GRANULE = 64
 
@@ -129,6 +131,29 @@ def _scan(
     if r1 <= r0 or b1 <= b0:
         return best, who
     cols = codes.shape[1]
+    if r1 - r0 < SHORT_COLUMN:  # few rows (a batch-1 HBM tensor is one row of many cells): in address order
+        rows = codes.shape[2]
+        flat_codes, flat_ends = codes[m].reshape(-1), ends[m].reshape(-1)  # cell (c, r) at c * rows + r
+        c0 = b0 // granule
+        for r in range(r0, r1):
+            left = 0
+            for i in range(c0 * rows + r, ((b1 + granule - 1) // granule) * rows, rows):
+                code = flat_codes[i]
+                if code == left or code == 0:  # the record of the cell before it, or none
+                    left = code
+                    continue
+                left = code
+                if code > 0:
+                    producer = code - 1
+                    t = flat_ends[i]
+                    if tracks[producer] != track:
+                        t += sync_ns
+                else:
+                    base = (i // rows) * granule
+                    t, producer = _scan_split(pool, -code, b0 - base, b1 - base, tracks, track, sync_ns)
+                if producer >= 0 and t > best:
+                    best, who = t, producer
+        return best, who
     for c in range(b0 // granule, (b1 + granule - 1) // granule):
         column_codes = codes[m, c]
         column_ends = ends[m, c]
@@ -301,6 +326,26 @@ def _assign(
     cols = codes.shape[1]
     last_width = row_bytes - (cols - 1) * granule
     any_split = pool.shape[0] - 1 != pool[0, meta].start
+    if r1 - r0 < SHORT_COLUMN and inner1 > inner0:  # few rows: a row at a time, cell by cell (strided)
+        rows = codes.shape[2]
+        flat_codes, flat_ends = codes[m].reshape(-1), ends[m].reshape(-1)  # cell (c, r) at c * rows + r
+        for r in range(r0, r1):
+            cells = range(inner0 * rows + r, inner1 * rows, rows)
+            if any_split:
+                for i in cells:
+                    if flat_codes[i] < 0:
+                        c = i // rows
+                        _whole_split(ends, codes, m, c, r, pool, last_width if c == cols - 1 else granule, end, ident)
+            if keep_later:
+                for i in cells:
+                    if flat_codes[i] >= 0 and flat_ends[i] < end:
+                        flat_ends[i] = end
+                        flat_codes[i] = ident
+            else:
+                for i in cells:
+                    flat_ends[i] = end
+                    flat_codes[i] = ident
+        inner1 = inner0  # done
     for c in range(inner0, inner1):
         column_codes = codes[m, c]
         column_ends = ends[m, c]
