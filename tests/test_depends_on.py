@@ -127,6 +127,25 @@ def test_an_edge_on_an_older_instruction_is_accepted_when_it_already_holds():
     assert spans[2][0] == pytest.approx(A_END, rel=1e-12)
 
 
+@pytest.mark.parametrize("latest_first", [True, False])
+def test_edges_may_be_added_in_any_order(latest_first):
+    # a and b on Vector, in order; c on GpSimd is the latest and waits for b. An edge b -> a already holds;
+    # checking it must not place c before c's own edge is added.
+    def kernel():
+        a = vector_fill(64)  # Vector 0 .. 64 / 0.96
+        b = vector_fill(1920)  # Vector after a: .. (64 + 1920) / 0.96
+        c = gpsimd_fill(96)  # GpSimd, would start at 0
+        if latest_first:
+            c.depends_on(b)
+            b.depends_on(a)
+        else:
+            b.depends_on(a)
+            c.depends_on(b)
+
+    spans, _ = times(kernel)
+    assert spans[2][0] == pytest.approx((64 + 1920) / VECTOR_GHZ + SEMAPHORE_NS, rel=1e-12)
+
+
 def test_an_edge_on_an_older_instruction_that_would_move_it_is_an_error():
     def kernel():
         c = vector_fill(96)  # Vector 0..100

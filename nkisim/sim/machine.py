@@ -238,7 +238,9 @@ class Machine:
         if self._pending is not None and consumer == len(self.scheduler.timeline) and producer < consumer:
             self._pending_after.append(producer)
             return None
-        timeline = self.timeline
+        # read the placed instructions without placing the pending one: an edge into it may still come
+        placed = self.scheduler.timeline
+        timeline = placed if producer < len(placed) else self.timeline
         needed = self.scheduler.edge_ready(producer, timeline.track_id[consumer])
         return None if timeline.start_ns[consumer] >= needed else needed
 
