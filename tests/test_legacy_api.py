@@ -297,3 +297,12 @@ def test_static_cast_of_a_host_array_outside_a_kernel_casts_it():
     assert cast.dtype == ml_dtypes.bfloat16
     # 1 + 2**-8 lies halfway between bfloat16's 1.0 and 1.0078125: it rounds to the even 1.0
     np.testing.assert_array_equal(cast.astype(np.float64), [[1.0, 1.0, -2.5]])
+
+
+def test_an_output_argument_that_is_a_non_contiguous_torch_tensor_is_written():
+    torch = pytest.importorskip("torch")
+    a = rand(128, 64)
+    out = torch.zeros(64, 128).T  # a transposed view: numpy gets a copy of it
+    assert not out.is_contiguous()
+    nki.jit(_writes_argument)(torch.from_numpy(a), out)
+    np.testing.assert_allclose(out.numpy(), np.exp(a), rtol=1e-6)

@@ -29,7 +29,7 @@ from nkisim.errors import CapacityError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.annotations import TensorAnnotation
 from nkisim.frontend.blas import single_threaded_blas
 from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, leave
-from nkisim.frontend.frameworks import framework_of, from_numpy, to_numpy
+from nkisim.frontend.frameworks import framework_of, from_numpy, to_numpy, write_back
 from nkisim.frontend.jit import ArraySpec, _kernel_loc, _target, _to_hbm, _with_compiler_liveness, default_check, run
 from nkisim.frontend.legacy_tile import as_tile
 from nkisim.frontend.validate import collect, translate
@@ -169,9 +169,16 @@ class LegacyKernel:
         framework = framework_of((*args, *kwargs.values()))
         if framework == "numpy":
             return run_legacy(self, args, kwargs).outputs
-        args = tuple(to_numpy(a, framework) for a in args)
-        kwargs = {k: to_numpy(v, framework) for k, v in kwargs.items()}
-        return from_numpy(run_legacy(self, args, kwargs).outputs, framework)
+        host_args = tuple(to_numpy(a, framework) for a in args)
+        host_kwargs = {k: to_numpy(v, framework) for k, v in kwargs.items()}
+        outputs = run_legacy(self, host_args, host_kwargs).outputs
+        # an output passed as an argument was written in its numpy form: a copy when the tensor is not contiguous
+        for passed, host in (*zip(args, host_args), *((kwargs[k], host_kwargs[k]) for k in kwargs)):
+            if isinstance(host, np.ndarray) and passed is not host:
+                now = to_numpy(passed, framework)
+                if now.shape == host.shape and not np.array_equal(now, host, equal_nan=True):
+                    write_back(passed, host, framework)
+        return from_numpy(outputs, framework)
 
     def __repr__(self) -> str:
         return f"<neuronxcc.nki kernel {self.func.__qualname__}{list(parse_grid(self.grid)[0]) if self.grid else ''}>"
