@@ -299,6 +299,11 @@ def test_torch_samples_run_on_the_cpu_stand_in_for_the_xla_device(tmp_path, monk
     b = np.full((128, 8), 0.5, np.float32)
     nkisim.install_nki_alias()
     try:
+        assert importlib.util.find_spec("torch_xla") is None  # the stand-ins are asked for, never implied
+    finally:
+        nkisim.uninstall_nki_alias()
+    nkisim.install_nki_alias(xla_device=True)
+    try:
         sample = importlib.import_module("torch_sample")
         device, result = sample.run(a, b)
         assert device == torch.device("cpu") and isinstance(result, torch.Tensor)

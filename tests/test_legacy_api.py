@@ -250,6 +250,16 @@ def test_a_legacy_kernel_takes_and_gives_framework_arrays(framework):
     np.testing.assert_allclose(np.asarray(out), a + 2.0 * b, rtol=1e-6)
 
 
+def test_benchmark_refuses_annotations_it_cannot_read_as_inputs():
+    import nkisim.nki.legacy.typing as nt
+
+    k = nki.benchmark()(_nl_matmul.func)
+    with pytest.raises(KernelError, match=r"input tensor\[128, 64\] has no dtype: give shape and dtype"):
+        k(nt.tensor[128, 64], nt.tensor[[128, 256], nl.float32])
+    with pytest.raises(KernelError, match=r"needs a shape of positive integers"):
+        k(nt.tensor[["M", 64], nl.float32], nt.tensor[[128, 256], nl.float32])
+
+
 def test_unsupported_function_says_why():
     @nki.jit
     def k(a):

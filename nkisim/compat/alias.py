@@ -105,10 +105,15 @@ class _NkiAliasFinder(importlib.abc.MetaPathFinder):
 _FINDER: _NkiAliasFinder | None = None
 
 
-def install_nki_alias() -> None:
+def install_nki_alias(*, xla_device: bool = False) -> None:
     """Make ``import nki`` (and ``nki.language``, ``nki.isa``) import nkisim's NKI modules,
     and ``import neuronxcc.nki`` (``.language``, ``.isa``, ``.isa.constants``, ``.typing``, ``.compiler``)
     its legacy ones.
+
+    With ``xla_device=True``, ``torch_xla.core.xla_model`` and ``torch_neuronx`` become CPU stand-ins
+    (:mod:`nkisim.compat.xla_cpu`) when they are not importable, so that PyTorch samples written
+    for the XLA device run unmodified. They are off by default: libraries that look for
+    ``torch_xla`` would otherwise take it for a real one.
 
     Calling it again while installed does nothing.
 
@@ -121,7 +126,8 @@ def install_nki_alias() -> None:
         return
     for top in ("nki", "neuronxcc"):
         _refuse_real(top)
-    missing = {top for top in ("torch_xla", "torch_neuronx") if top not in sys.modules and not _importable(top)}
+    wanted = ("torch_xla", "torch_neuronx") if xla_device else ()
+    missing = {top for top in wanted if top not in sys.modules and not _importable(top)}
     _DEVICE_NAMES = frozenset(
         name for name in (*DEVICE_ALIASES, "torch_xla", "torch_xla.core") if name.split(".")[0] in missing
     )

@@ -401,10 +401,19 @@ class ProfiledKernel(LegacyKernel):
 
 
 def _spec_of(value: Any) -> Any:
-    """A typing annotation with a shape and a dtype as the input it describes; anything else as it is."""
-    if isinstance(value, TensorAnnotation) and value.dtype is not None:
-        return ArraySpec(tuple(int(d) for d in value.shape), value.dtype)
-    return value
+    """A typing annotation with a shape and a dtype as the input it describes; anything else as it is.
+
+    Raises:
+        OperandError: an annotation without a dtype, or whose shape is not of integers.
+    """
+    if not isinstance(value, TensorAnnotation):
+        return value
+    form = "nt.tensor[[128, 512], nl.bfloat16]"
+    if value.dtype is None:
+        raise OperandError(f"the input {value!r} has no dtype: give shape and dtype, as {form}")
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in value.shape):
+        raise OperandError(f"the input {value!r} needs a shape of positive integers, as {form}")
+    return ArraySpec(tuple(int(d) for d in value.shape), value.dtype)
 
 
 def benchmark(kernel: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
