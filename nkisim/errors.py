@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from dataclasses import dataclass
 from types import CodeType
 
@@ -33,9 +34,10 @@ class SourceLoc:
 UNKNOWN_LOC = SourceLoc("<unknown>", 0)
 
 
-#: Locations already made, by code object and line (a kernel's statements are met again and again).
-_known_locations: dict[tuple[CodeType, int], SourceLoc] = {}
-#: Past this many entries the cache starts again (kernels made by ``exec`` in a loop would grow it forever).
+#: Locations already made, by code object (held weakly: kernels made by ``exec`` may go) and line; a kernel's
+#: statements are met again and again. A memo of immutable values: nothing a caller can observe.
+_known_locations: dict[tuple[int, int], tuple[weakref.ref[CodeType], SourceLoc]] = {}
+#: Past this many entries the memo starts again.
 _MAX_KNOWN_LOCATIONS = 1 << 16
 
 
@@ -49,14 +51,15 @@ def user_location(skip: int = 1) -> SourceLoc:
     frame = sys._getframe(skip)
     while frame is not None:
         code = frame.f_code
-        key = (code, frame.f_lineno)
-        loc = _known_locations.get(key)
-        if loc is not None:
-            return loc
+        key = (id(code), frame.f_lineno)
+        known = _known_locations.get(key)
+        if known is not None and known[0]() is code:
+            return known[1]
         if _is_kernel_code(code):
             if len(_known_locations) >= _MAX_KNOWN_LOCATIONS:
                 _known_locations.clear()
-            loc = _known_locations[key] = SourceLoc(code.co_filename, key[1], code.co_name)
+            loc = SourceLoc(code.co_filename, key[1], code.co_name)
+            _known_locations[key] = (weakref.ref(code), loc)
             return loc
         frame = frame.f_back  # type: ignore[assignment]
     return UNKNOWN_LOC
