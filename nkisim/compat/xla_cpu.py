@@ -3,8 +3,9 @@
 The Neuron SDK's PyTorch samples move their tensors to the XLA device (``xm.xla_device()``),
 mark steps (``xm.mark_step()``) and decorate kernels with ``torch_neuronx.nki_jit``. With the
 alias installed by ``install_nki_alias(xla_device=True)`` and neither package importable,
-``torch_xla.core.xla_model`` and ``torch_neuronx`` are this module: the device is the CPU, a step mark does nothing (nkisim
-runs each kernel call when it is made), and ``nki_jit`` is ``neuronxcc.nki.jit``.
+``torch_xla.core.xla_model`` and ``torch_neuronx`` are this module: the device is the CPU, a step
+mark does nothing (nkisim runs each kernel call when it is made), and ``nki_jit`` is
+``neuronxcc.nki.jit``.
 """
 
 from __future__ import annotations
