@@ -349,6 +349,13 @@ def test_a_reduction_over_axes_apart_reads_them_last(keepdims):
     assert_same(out, x.astype(np.float64).sum(axis=(2, 4), keepdims=keepdims).astype(np.float32), rtol=1e-6)
 
 
+def test_softmax_over_axes_apart():
+    x = values(np.random.default_rng(6), (8, 3, 4, 5), FP32)
+    out, _ = run_helper(lambda a: nl.softmax(a, axis=(1, 3)), [x])
+    shifted = np.exp(x.astype(np.float64) - x.max(axis=(1, 3), keepdims=True))
+    assert_same(out, (shifted / shifted.sum(axis=(1, 3), keepdims=True)).astype(np.float32), rtol=1e-5)
+
+
 def test_reduction_result_dtype_and_bad_axes():
     x = values(np.random.default_rng(9), (8, 6), BF16)
     out, _ = run_helper(lambda a: nl.sum(a, axis=1, dtype=nl.float32), [x])

@@ -40,16 +40,19 @@ def _reduced_shape(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[in
     return shape if len(shape) >= 2 else (*shape, 1)
 
 
-def _reduce(call: HelperCall, op: Op, x: Tensor, axes: tuple[int, ...], dtype: np.dtype, keepdims: bool) -> Tensor:
+def _reduce(
+    call: HelperCall, op: Op, x: Tensor, axes: tuple[int, ...], dtype: np.dtype, keepdims: bool, negate: bool = False
+) -> Tensor:
     if list(axes) != list(range(axes[0], axes[0] + len(axes))) and not x.is_dynamic:
         # axes apart (such as [2, 4] of a pooling window): the access pattern lists them last, as the compiler
         # reorders it; the instruction then reduces its trailing axes
         kept = [a for a in range(x.ndim) if a not in axes]
         moved = Tensor(x.array.transpose((*kept, *axes)), x.dtype, x.buffer, x.name, x.storage, x._base or x)
-        reduced = _reduce(call, op, moved, tuple(range(len(kept), x.ndim)), dtype, keepdims=False)
+        reduced = _reduce(call, op, moved, tuple(range(len(kept), x.ndim)), dtype, keepdims=False, negate=negate)
         return reduced.reshape(_reduced_shape(x, axes, keepdims)) if keepdims else reduced
     dst = call.tile(_reduced_shape(x, axes, keepdims), dtype)
-    call.emit("tensor_reduce", dst=dst, op=op, data=x, axis=axes, keepdims=keepdims)
+    negated = {"negate": True} if negate else {}  # the instruction's default otherwise, as NKI would pass it
+    call.emit("tensor_reduce", dst=dst, op=op, data=x, axis=axes, keepdims=keepdims, **negated)
     return dst
 
 
@@ -111,8 +114,7 @@ def softmax(x: Any, axis: Any = -1, dtype: Any = None) -> Tensor:
     axes = _axes(call, x, axis)
     out = call.dtype(dtype, x.dtype)
     p = x.partitions
-    neg_max = call.tile(_reduced_shape(x, axes, True), FP32)
-    call.emit("tensor_reduce", dst=neg_max, op=OPS["maximum"], data=x, axis=axes, negate=True, keepdims=True)
+    neg_max = _reduce(call, OPS["maximum"], x, axes, FP32, keepdims=True, negate=True)
     exp = call.tile(x.shape, FP32)
     if neg_max.free_size == 1:
         total = call.tile((p, 1), FP32)
