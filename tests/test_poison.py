@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_frontend import store
 
 import nkisim
 import nkisim.nki.isa as nisa
@@ -16,17 +17,6 @@ import nkisim.nki.language as nl
 
 def rand(*shape, dtype=np.float32):
     return np.random.default_rng(7).standard_normal(shape).astype(dtype)
-
-
-def store(tile, dtype=None):
-    """Copy a tile into a new HBM output tensor (through SBUF, as DMA does not read PSUM)."""
-    if nl.is_psum(tile.buffer):
-        staged = nl.ndarray(tile.shape, tile.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=staged, src=tile)
-        tile = staged
-    out = nl.ndarray(tile.shape, dtype or tile.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=tile)
-    return out
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e5m2"])

@@ -8,23 +8,12 @@ stream with innermost stride over 16 bytes is ``wide_stride_slowdown`` times slo
 from __future__ import annotations
 
 import pytest
+from timing_helpers import REL, TARGETS, P, psum, sbuf
 
 import nkisim
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 from nkisim.hw import load_target
-
-REL = 1e-9
-P = 128
-TARGETS = ("trn1", "trn2", "trn3")
-
-
-def sbuf(shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
-
-
-def psum(shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype=dtype, buffer=nl.psum)
 
 
 def records(kernel, inputs=(), target="trn1"):
