@@ -160,6 +160,10 @@ def test_a_base_file_may_be_another_file_and_overrides_deeply(tmp_path: Path) ->
         ('base = "trn2"\nname = "x"\n[capabilities]\nwarp_drive = true\n', r"warp_drive"),
         ('base = "trn2"\nname = "x"\n[capabilities]\nhardware_dge = "yes"\n', r"hardware_dge"),
         ("name = 'x'\nnot toml at all ===\n", r"not valid TOML"),
+        (
+            'base = "trn2"\nname = "x"\n[scalar]\ntable_switch_cycles = 128\n',
+            r"\[scalar\] table_switch_cycles is no longer read; give table_load_ns",
+        ),
     ],
 )
 def test_bad_generation_files_are_named(tmp_path: Path, text: str, message: str) -> None:

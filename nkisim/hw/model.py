@@ -393,6 +393,13 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
+#: Keys that earlier generation files had, and what replaced them.
+_RETIRED_KEYS = {
+    ("scalar", "table_switch_cycles"): "give table_load_ns, the time of one activation table load in ns "
+    "(paid also by the kernel's first table)",
+}
+
+
 def _resolve_file(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """The complete table of generation file ``path``, its ``base`` (if any) merged under it."""
     path = path.expanduser().resolve()
@@ -404,6 +411,9 @@ def _resolve_file(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise ValueError(f"generation file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"generation file {path} is not valid TOML: {exc}") from None
+    for (section, key), replacement in _RETIRED_KEYS.items():
+        if key in data.get(section, {}):
+            raise ValueError(f"generation file {path}: [{section}] {key} is no longer read; {replacement}")
     base = data.pop("base", None)
     if base is None:
         return data
