@@ -95,7 +95,7 @@ def _uniform(column: np.ndarray, r0: int, r1: int) -> bool:
 
 
 @numba.njit(cache=True, nogil=True)
-def _fill(column_ends: np.ndarray, column_codes: np.ndarray, r0: int, r1: int, end: float, ident: int) -> None:
+def _fill_column(column_ends: np.ndarray, column_codes: np.ndarray, r0: int, r1: int, end: float, ident: int) -> None:
     """Give cells ``r0..r1`` of a column the record (end, ident)."""
     run_ends, run_codes = column_ends[r0:r1], column_codes[r0:r1]
     for r in range(len(run_ends)):
@@ -359,14 +359,14 @@ def _assign(
                         _whole_split(ends, codes, m, c, r, pool, last_width if c == cols - 1 else granule, end, ident)
         if keep_later and column_codes[r0] >= 0 and _uniform(column_codes, r0, r1):
             if column_ends[r0] < end:  # one record, and so one end, in the whole column
-                _fill(column_ends, column_codes, r0, r1, end, ident)
+                _fill_column(column_ends, column_codes, r0, r1, end, ident)
         elif keep_later:  # a read keeps a later end; split cells hold codes < 0 and stay as they are
             for r in range(r0, r1):
                 if column_codes[r] >= 0 and column_ends[r] < end:
                     column_ends[r] = end
                     column_codes[r] = ident
         else:  # a write replaces every record (split cells have just merged back)
-            _fill(column_ends, column_codes, r0, r1, end, ident)
+            _fill_column(column_ends, column_codes, r0, r1, end, ident)
     for c in (first, last):
         if c >= 0:
             base = c * granule
@@ -521,7 +521,7 @@ class AccessTracker:
         self._grid_of[storage.uid] = g
         return g
 
-    def _fill(self, reads: list[Region], writes: list[Region]) -> None:
+    def _write_regions(self, reads: list[Region], writes: list[Region]) -> None:
         """Write the regions to :attr:`_regions` (reads first), unless these very lists are there already."""
         filled = self._filled
         if filled is not None and filled[0] is reads and filled[1] is writes:
@@ -548,7 +548,7 @@ class AccessTracker:
         self, reads: list[Region], writes: list[Region], track: int
     ) -> tuple[tuple[float, int], tuple[float, int]]:
         """:meth:`ready` for the reads alone (RAW), and for the reads and writes (as :meth:`ready`), in one pass."""
-        self._fill(reads, writes)
+        self._write_regions(reads, writes)
         best_reads, who_reads, best, who = _ready_all(
             self._ends, self._codes, self._pool, self._grids, self._regions, len(reads), len(writes), self._tracks,
             track, self.sync_ns,
@@ -570,7 +570,7 @@ class AccessTracker:
         if index >= len(self._tracks):
             self._tracks = np.concatenate([self._tracks, np.zeros_like(self._tracks)])
         self._tracks[index] = track
-        self._fill(reads, writes)
+        self._write_regions(reads, writes)
         first = 0
         while True:
             status, first = _commit_all(
