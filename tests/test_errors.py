@@ -364,8 +364,9 @@ def test_sbuf_overflow_names_the_line_and_the_live_allocations():
 
     line = line_of("sbuf-full")
     pattern = (
-        rf"(?s){at('sbuf-full')}SBUF is full: cannot allocate 8192 bytes per partition for \S+ float32\[128, 2048\]"
-        r" \(196608 of 196608 bytes per partition in use\); live allocations:\n"
+        rf"(?s){at('sbuf-full')}SBUF is full: cannot allocate 8192 bytes per partition for \S+ float32\[128, 2048\]: "
+        r"196608 of 196608 bytes per partition in use, 0 free; the request exceeds the free space by 8192 bytes "
+        r"per partition\. nkisim does not model the spilling a compiler adds .* Live allocations:\n"
         rf"  \S+ float32\[128, 2048\]: 8192 B/partition, offset 0 at {re.escape(FILE)}:{line}\n"
         rf"  \S+ float32\[128, 2048\]: 8192 B/partition, offset 8192 at {re.escape(FILE)}:{line}\n"
     )
@@ -374,6 +375,53 @@ def test_sbuf_overflow_names_the_line_and_the_live_allocations():
     assert len(runs[0]) == 24
     assert isinstance(info.value, MemoryError)
     assert info.value.loc.line == line
+
+
+def test_sbuf_overflow_says_by_how_much_the_request_exceeds_the_free_space_and_that_spilling_is_not_modelled():
+    # trn1 SBUF: 196608 bytes per partition. 23 float32[128, 2048] tiles take 23 x 8192 = 188416,
+    # leaving 196608 - 188416 = 8192 free; a float32[128, 3072] tile needs 3072 x 4 = 12288,
+    # 12288 - 8192 = 4096 more than is free.
+    def kernel(x):
+        tiles = [nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf) for _ in range(23)]
+        tiles.append(nl.ndarray((128, 3072), nl.float32, buffer=nl.sbuf))  # @sbuf-exceeds
+
+    with pytest.raises(CapacityError) as info:
+        run(kernel)
+    message = str(info.value)
+    assert re.match(at("sbuf-exceeds"), message)
+    first = message.splitlines()[0]
+    assert "cannot allocate 12288 bytes per partition for " in first
+    assert "float32[128, 3072]: 188416 of 196608 bytes per partition in use, 8192 free;" in first
+    assert "the request exceeds the free space by 4096 bytes per partition." in first
+    assert "nkisim does not model the spilling a compiler adds to make tiles fit (NKI performance guide, Opt #2)" in (
+        first
+    )
+    assert "docs/timing.md, 'Not modelled'" in first
+    assert first.endswith("Live allocations:")
+    assert message.count("float32[128, 2048]: 8192 B/partition") == 12  # the twelve largest are listed
+    assert message.splitlines()[-1] == "  ... and 11 more"
+
+
+def test_sbuf_overflow_with_enough_free_bytes_names_the_longest_free_range():
+    # trn1 SBUF, 196608 bytes per partition: tiles a, b, c of 65536 (float32[128, 16384]) fill it;
+    # freeing a and c leaves 2 x 65536 free, in two ranges of 65536 around b, and a 98304-byte
+    # tile (float32[128, 24576]) fits neither, although 131072 bytes are free.
+    def kernel(x):
+        a = nl.ndarray((128, 16384), nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((128, 16384), nl.float32, buffer=nl.sbuf)
+        c = nl.ndarray((128, 16384), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=b, value=0.0)
+        del a, c
+        nl.ndarray((128, 24576), nl.float32, buffer=nl.sbuf)  # @sbuf-split
+        nisa.memset(dst=b, value=1.0)
+
+    with pytest.raises(CapacityError) as info:
+        run(kernel)
+    first = str(info.value).splitlines()[0]
+    assert re.match(at("sbuf-split"), first)
+    assert "cannot allocate 98304 bytes per partition for " in first
+    assert "65536 of 196608 bytes per partition in use, 131072 free;" in first
+    assert "the free bytes are split: the longest free range is 65536 bytes." in first
 
 
 def test_psum_overflow():

@@ -155,9 +155,11 @@ class OnChipMemory:
         align = self.config.alignment_bytes
         size = -(-max(nbytes, 1) // align) * align
         serial = self._begin(what, None)
-        offset = self._next_fit(size, self._obstacles(serial, partitions))
+        obstacles = self._obstacles(serial, partitions)
+        offset = self._next_fit(size, obstacles)
         if offset is None:
-            raise CapacityError(self._full_message(nbytes, Allocation(0, nbytes, partitions, what, loc).label), loc=loc)
+            label = Allocation(0, nbytes, partitions, what, loc).label
+            raise CapacityError(self._full_message(nbytes, size, label, obstacles), loc=loc)
         self._cursor = offset + size
         return self._add(Allocation(offset, size, partitions, what, loc, serial=serial))
 
@@ -279,10 +281,29 @@ class OnChipMemory:
             return (cursor // bank + 1) * bank
         return cursor
 
-    def _full_message(self, nbytes: int, label: str) -> str:
+    def _full_message(self, nbytes: int, size: int, label: str, obstacles: list[tuple[int, int]]) -> str:
+        """What was asked, what is in use and free, by how much it does not fit, and the live allocations."""
+        lo, hi, align = self._floor, self.storage.row_bytes, self.config.alignment_bytes
+        gaps, cursor = [], lo
+        for start, end in obstacles:  # the free ranges a new tile could start in, as _fit_from sees them
+            start, end = max(start, lo), min(end, hi)
+            if start > cursor:
+                gaps.append(start - cursor)
+            cursor = max(cursor, -(-end // align) * align)
+        gaps.append(max(0, hi - cursor))
+        free = sum(gaps)
+        granule = f" ({size} in {align}-byte granules)" if size != nbytes else ""
+        if size > free:
+            short = f"the request exceeds the free space by {size - free} bytes per partition"
+        elif max(gaps) < size:
+            short = f"the free bytes are split: the longest free range is {max(gaps)} bytes"
+        else:
+            short = f"no free range holds it without crossing a {self.config.bank_bytes}-byte bank boundary"
         lines = [
-            f"{self.name.upper()} is full: cannot allocate {nbytes} bytes per partition for {label} "
-            f"({self.used_bytes} of {self.config.bytes_per_partition} bytes per partition in use); live allocations:"
+            f"{self.name.upper()} is full: cannot allocate {nbytes} bytes per partition{granule} for {label}: "
+            f"{hi - lo - free} of {self.config.bytes_per_partition} bytes per partition in use, {free} free; {short}. "
+            "nkisim does not model the spilling a compiler adds to make tiles fit (NKI performance guide, "
+            "Opt #2): a kernel's live tiles must fit as written (docs/timing.md, 'Not modelled'). Live allocations:"
         ]
         for alloc in sorted(self.live.values(), key=lambda a: -a.nbytes)[:12]:
             where = f" at {alloc.loc}" if alloc.loc else ""
