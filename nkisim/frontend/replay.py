@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from nkisim.errors import OperandError, SignatureError, SourceLoc
+from nkisim.frontend.blas import single_threaded_blas
 from nkisim.frontend.context import recording
 from nkisim.frontend.jit import (
     _COLLECTORS,
@@ -98,7 +99,8 @@ class CompiledKernel:
         program = self._program
         if program is None:
             return run(self.kernel, inputs, **self._options)
-        outputs, diagnostics = program.run(arrays)
+        with single_threaded_blas():  # as a run does: tile-sized products, no spin-waiting BLAS threads
+            outputs, diagnostics = program.run(arrays)
         profile = self.profile
         if tuple(diagnostics) != profile.diagnostics:
             profile = Profile(profile.timeline, profile.hw, profile.kernel, diagnostics)

@@ -13,7 +13,9 @@ every step that sets values:
 * each fill outside an instruction: the NaN-poisoning of a new tensor, ``nl.zeros`` of
   an HBM tensor, a lazily filled tile's values (:meth:`Machine.store`), and the
   printing of ``nl.device_print`` (:meth:`Machine.effect`);
-* the sanitizer's findings that do not depend on values, in the order they were made.
+* the sanitizer's findings that do not depend on values, in the order they were made;
+* the state a replay starts from: the engines' accumulators and generators, each sequencer
+  register's value when the program first uses it, and the PSUM accumulation marks.
 
 A :class:`Program` replays them over the same memory image: it copies new inputs into
 the input buffers, resets what the run started from (engine state, PSUM accumulation
@@ -39,6 +41,7 @@ import numpy as np
 from nkisim.errors import Diagnostic, SourceLoc
 from nkisim.hw import HwConfig
 from nkisim.isa import EngineState, InstructionSpec
+from nkisim.isa.registers import VirtualRegister
 from nkisim.memory import Tensor
 from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
@@ -76,6 +79,8 @@ class Recorder:
         self.psum_marks: dict[tuple[int, int, int, int, int], np.ndarray] = {}
         #: The checker the replay's findings go to, made again by each replay (None: no sanitizer).
         self.checker: Checker | None = None
+        #: Each sequencer register the program uses, with its bits when first used: set again before each replay.
+        self.registers: dict[int, tuple[VirtualRegister, int | None]] = {}
         self._bases: dict[int, Tensor] = {}
 
     def refuse(self, reason: str) -> None:
@@ -108,6 +113,9 @@ class Recorder:
         if why is not None:
             self.refuse(f"nisa.{spec.name} at {loc} {why}")
             return
+        for value in ops.__dict__.values():
+            if value.__class__ is VirtualRegister and id(value) not in self.registers:
+                self.registers[id(value)] = (value, value._bits)
         self.steps.append((spec.semantics, _detach_ops(ops, self._bases), self.machine.state))  # type: ignore[union-attr]
         checker = self.machine.checker  # type: ignore[union-attr]
         self.tails.append((spec.name, loc, checker._carried_values) if checker is not None else None)
@@ -167,6 +175,7 @@ class Program:
         self._tails = recorder.tails
         self._inputs = recorder.inputs
         self._marks = list(recorder.psum_marks.values())
+        self._registers = list(recorder.registers.values())
         self._state = machine.state
         self._initial_state = recorder.initial_state
         self._checker = recorder.checker if mode != "off" else None
@@ -188,6 +197,8 @@ class Program:
             state.__dict__.update(_copy_state(self._initial_state).__dict__)
             for marks in self._marks:
                 marks.fill(0)
+            for register, bits in self._registers:
+                register._bits = bits
             for view, values in zip(self._inputs, inputs):
                 view[...] = values
             checker = self._checker
