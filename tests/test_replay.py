@@ -30,6 +30,7 @@ from nkisim.examples.rmsnorm import rmsnorm
 from nkisim.examples.softmax import softmax_rows
 from nkisim.examples.tensor_add import nki_tensor_add
 from nkisim.examples.transpose import transpose2d
+from nkisim.hw import load_target
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TARGETS = ("trn1", "trn2", "trn3")
@@ -493,3 +494,29 @@ def test_replays_reach_collect_profiles():
         prog(inputs)
         prog(inputs)
     assert profiles == [prog.profile, prog.profile]
+
+
+def test_a_kernel_that_fits_only_with_compiler_liveness_is_recorded_from_its_last_attempt():
+    """Six tiles of over a quarter of SBUF, all kept in a list: the run is retried with compiler liveness."""
+    cols = load_target("trn2").sbuf.bytes_per_partition // 16 + 16
+    count = 6
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((count, 128, cols), nl.float32, buffer=nl.shared_hbm)
+        tiles = []
+        for i in range(count):
+            t = nl.ndarray((128, cols), nl.float32, buffer=nl.sbuf)
+            tiles.append(t)  # still reachable after its last use
+            nisa.dma_copy(dst=t, src=x)
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(i + 1))
+            nisa.dma_copy(dst=out[i], src=t)
+        return out
+
+    rng = np.random.default_rng(4)
+    prog = nkisim.compile(kernel, [_normal(rng, (128, cols))], target="trn2")
+    assert prog.replayable
+    x = _normal(rng, (128, cols))
+    got = prog([x])
+    assert_same_run(got, nkisim.run(kernel, [x], target="trn2"))
+    np.testing.assert_array_equal(got.outputs, np.arange(1, count + 1, dtype=np.float32)[:, None, None] * x)

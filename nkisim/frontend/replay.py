@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import OperandError, SignatureError, SourceLoc
+from nkisim.errors import OperandError, SignatureError
 from nkisim.frontend.blas import single_threaded_blas
 from nkisim.frontend.context import recording
 from nkisim.frontend.jit import (
@@ -36,6 +36,7 @@ from nkisim.frontend.jit import (
     default_check,
     run,
 )
+from nkisim.frontend.legacy_launch import LegacyKernel
 from nkisim.hw import HwConfig
 from nkisim.memory import dtype_name, to_dtype
 from nkisim.report import Profile
@@ -160,12 +161,12 @@ def compile(
         OperandError: ``kernel`` is a legacy ``neuronxcc.nki`` kernel (compile supports NKI 0.3+ kernels).
     """
     _check_call("nkisim.compile", kernel, inputs, target, max_instructions, timeout, check, affine_order, operands)
-    if type(kernel).__name__ == "LegacyKernel":
+    if isinstance(kernel, LegacyKernel):
         raise OperandError(
             "nkisim.compile takes NKI kernels (nki.jit from nkisim.nki or nki 0.3+); a legacy neuronxcc.nki kernel "
             "writes its outputs into its arguments and launches on SPMD grids, which a compiled program does not "
             "record: call it directly, or use nkisim.nki",
-            loc=_legacy_loc(kernel),
+            loc=_kernel_loc(kernel),  # type: ignore[arg-type]
         )
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
@@ -265,8 +266,3 @@ def _known(dtype: Any) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _legacy_loc(kernel: Any) -> SourceLoc:
-    code = kernel.func.__code__
-    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
