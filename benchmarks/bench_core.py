@@ -9,8 +9,13 @@ in float32 and bfloat16. Times are the median of the repeats after one warm-up r
 Next to whole-array numpy, ``loop ms`` is a plain numpy loop over the same tiles
 (the floor for a simulator that executes tile by tile) and ``/loop`` nkisim's ratio to it.
 
+Below each of (a) and (b), the row ``replay (compiled, same signature)`` is the same
+kernel through ``nkisim.compile`` (compiled once with these inputs, outside the timing)
+called again with them: the recorded program replayed on the input values.
+
 Then the per-instruction figures: simulated instructions per second of small-tile
-kernels (``benchmarks/small_kernels.py``) in a full run and shapes-only, the
+kernels (``benchmarks/small_kernels.py``) in a full run, shapes-only, and replayed
+(``nkisim.compile``, same signature, with values), the
 bytes a finished profile retains per instruction, and the bytes per instruction at the
 peak of a run (above the memory that does not grow with the instruction count).
 ``--tutorial`` adds the shapes-only profile of the matmul tutorial's [4096, 8192] @
@@ -104,24 +109,33 @@ def bench(
     with single_threaded_blas():  # as nkisim holds BLAS while it runs: one thread, the same work
         np_s, expected = median_time(reference, repeat)
         loop_s, _ = median_time(loop, repeat)
-    err = float(np.max(np.abs(result.outputs.astype(np.float64) - expected.astype(np.float64))))
+    prog = nkisim.compile(kernel, inputs)
+    replay_s, replayed = median_time(lambda: prog(inputs), repeat)
     count = result.profile.instruction_count
-    print(
-        f"{name:<34}{sim_s * 1e3:>10.1f}{np_s * 1e3:>10.1f}{sim_s / np_s:>8.1f}x{loop_s * 1e3:>9.1f}"
-        f"{sim_s / loop_s:>7.2f}x{count:>8}{count / sim_s:>12,.0f}{result.profile.total_ns / 1e3:>12.1f}{err:>11.2e}"
-    )
+    for label, seconds, outputs in (
+        (name, sim_s, result.outputs),
+        ("  replay (compiled, same signature)", replay_s, replayed.outputs),
+    ):
+        err = float(np.max(np.abs(outputs.astype(np.float64) - expected.astype(np.float64))))
+        print(
+            f"{label:<36}{seconds * 1e3:>10.1f}{np_s * 1e3:>10.1f}{seconds / np_s:>8.1f}x{loop_s * 1e3:>9.1f}"
+            f"{seconds / loop_s:>7.2f}x{count:>8}{count / seconds:>12,.0f}{result.profile.total_ns / 1e3:>12.1f}"
+            f"{err:>11.2e}"
+        )
 
 
 def rates(name: str, kernel: Any, inputs: list[np.ndarray], repeat: int) -> None:
-    """Simulated instructions per second of a full run and of a shapes-only profile."""
+    """Simulated instructions per second of a full run, a shapes-only profile, and a replay with values."""
     shapes = [(x.shape, x.dtype) for x in inputs]
     full_s, result = median_time(lambda: nkisim.run(kernel, inputs), repeat)
     shape_s, profile = median_time(lambda: nkisim.profile(kernel, shapes), repeat)
+    prog = nkisim.compile(kernel, inputs)
+    replay_s, _ = median_time(lambda: prog(inputs), repeat)
     count = result.profile.instruction_count
     assert profile.instruction_count == count
     print(
-        f"{name:<34}{count:>8}{full_s * 1e3:>10.1f}{count / full_s:>12,.0f}"
-        f"{shape_s * 1e3:>10.1f}{count / shape_s:>12,.0f}"
+        f"{name:<36}{count:>8}{full_s * 1e3:>10.1f}{count / full_s:>12,.0f}"
+        f"{shape_s * 1e3:>10.1f}{count / shape_s:>12,.0f}{replay_s * 1e3:>11.1f}{count / replay_s:>12,.0f}"
     )
 
 
@@ -175,7 +189,7 @@ def main() -> None:
     print(f"clock: {args.clock} time (median of {args.repeat} runs after a warm-up)")
     rng = np.random.default_rng(0)
     print(
-        f"{'workload':<34}{'nkisim ms':>10}{'numpy ms':>10}{'ratio':>9}{'loop ms':>9}{'/loop':>8}{'instrs':>8}"
+        f"{'workload':<36}{'nkisim ms':>10}{'numpy ms':>10}{'ratio':>9}{'loop ms':>9}{'/loop':>8}{'instrs':>8}"
         f"{'instrs/s':>12}{'sim us':>12}{'max err':>11}"
     )
     a = rng.standard_normal((4096, 4096), dtype=np.float32)
@@ -195,7 +209,11 @@ def main() -> None:
         bench(name, matmul_tiled, [lhs_t, rhs], reference, loop, args.repeat)
 
     print()
-    print(f"{'small tiles (128x64)':<34}{'instrs':>8}{'full ms':>10}{'instrs/s':>12}{'shapes ms':>10}{'instrs/s':>12}")
+    print(
+        f"{'small tiles (128x64)':<36}{'instrs':>8}{'full ms':>10}{'instrs/s':>12}{'shapes ms':>10}{'instrs/s':>12}"
+        f"{'replay ms':>11}{'instrs/s':>12}"
+    )
+    print(f"{'':<78}(replay: compiled, same signature)")
     x = rng.standard_normal((128, 64), dtype=np.float32)
     y = rng.standard_normal((128, 64), dtype=np.float32)
     rows = rng.standard_normal((1024, 64), dtype=np.float32)

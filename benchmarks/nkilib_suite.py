@@ -9,7 +9,9 @@ It runs ``pytest test/integration --test-mode simulation -m fast`` (everything w
 ``--all``) in the checkout with ``-p nkisim.compat.nkilib`` and the suite's own
 ``--platform-target``, prints pass/fail/error/skip counts per kernel family and the
 wall time, keeps the per-test outcomes in ``benchmarks/nkilib_results/<target>.json``
-and rewrites ``docs/nkilib-conformance.md`` from every target recorded there. The
+(``<target>-all.json`` for ``--all``; a run limited by ``--families`` replaces only those
+families' outcomes, so the whole suite can be run a few families at a time) and rewrites
+``docs/nkilib-conformance.md`` from every target recorded there. The
 suite needs pytest-xdist, pytest-html, fabric2, plotext, aws-embedded-metrics, allpairspy
 and boto3 importable (and pytest-timeout with ``--timeout``); when one is missing the script
 prints the ``pip install`` line to run. Nothing of the suite is installed. ``--no-doc``
@@ -276,7 +278,7 @@ def run_suite(
         "families": families,
         "tests": rows,
     }
-    path = RESULTS / f"{target}.json"
+    path = results_path(target, everything)
     if families and path.exists():  # a partial run replaces only its families' results
         old = json.loads(path.read_text())
         record["tests"] = [r for r in old["tests"] if not _in_families(r["family"], families)] + rows
@@ -285,6 +287,19 @@ def run_suite(
         record["reruns"] = [*old.get("reruns", []), {"families": families, "wall_s": round(wall, 1)}]
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def results_path(target: str, everything: bool) -> Path:
+    """Where a target's outcomes are kept: the fast subset and the whole suite apart, so that a
+    whole-suite run made a few families at a time never mixes with fast-subset results."""
+    return RESULTS / f"{target}{'-all' if everything else ''}.json"
+
+
+def recorded_runs() -> list[Path]:
+    """The recorded suite runs, fast subset before whole suite, target by target (other files in
+    the results folder, such as the timing benchmark's, are not suite runs)."""
+    runs = [p for p in RESULTS.glob("*.json") if p.stem.removesuffix("-all") in ("trn1", "inf2", "trn2", "trn3")]
+    return sorted(runs, key=lambda p: (p.stem.removesuffix("-all"), p.stem.endswith("-all")))
 
 
 def family_seconds(rows: list[dict]) -> dict[str, float]:
@@ -336,7 +351,7 @@ def _rate(c: Counter) -> str:
 
 def write_doc(path: Path = DOC) -> None:
     """Rewrite the conformance document from every recorded target."""
-    records = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    records = [json.loads(p.read_text()) for p in recorded_runs()]
     out = [
         "# nkisim on AWS's NKI kernel library test suite",
         "",

@@ -5,6 +5,11 @@ Run an NKI kernel on a CPU and get its exact outputs and a profile::
     import nkisim
     result = nkisim.run(kernel, [a, b])
     result.outputs, result.profile.total_ns
+
+Run it again on new values of the same shapes, replaying the recorded program::
+
+    prog = nkisim.compile(kernel, [a, b])
+    prog([a2, b2]).outputs
 """
 
 import importlib
@@ -24,15 +29,18 @@ from nkisim.errors import (
     MemoryKindError,
     OperandError,
     ShapeError,
+    SignatureError,
     SourceLoc,
     TargetError,
 )
 from nkisim.frontend import (
     ArraySpec,
+    CompiledKernel,
     ExecutionError,
     Kernel,
     RunResult,
     collect_profiles,
+    compile,
     jit,
     output_specs,
     profile,
@@ -55,6 +63,7 @@ __all__ = [
     "CapacityError",
     "CheckError",
     "CheckWarning",
+    "CompiledKernel",
     "DependencyError",
     "Diagnostic",
     "DtypeError",
@@ -67,11 +76,13 @@ __all__ = [
     "Profile",
     "RunResult",
     "ShapeError",
+    "SignatureError",
     "SourceLoc",
     "SweepRecord",
     "SweepTable",
     "TargetError",
     "collect_profiles",
+    "compile",
     "ignore_checks",
     "install_nki_alias",
     "jit",

@@ -141,6 +141,11 @@ class ExecutionError(KernelError):
     """An instruction failed while computing its result (a bug report is welcome)."""
 
 
+class SignatureError(KernelError, TypeError):
+    """A compiled program (``nkisim.compile``) is called with inputs whose shapes, dtypes or other
+    arguments differ from the signature it was compiled for; the message names expected and got."""
+
+
 class BudgetError(KernelError):
     """The kernel ran past its instruction budget (``max_instructions=``) or its wall-time budget (``timeout=``).
 

@@ -50,3 +50,12 @@ def test_skips_are_counted_by_reason(tmp_path):
 def test_an_unknown_failure_is_untriaged_with_its_message_shape():
     verdict, why = suite.triage({"id": "x::test_y", "message": "ValueError: 3 is not 4"})
     assert (verdict, why) == ("untriaged", "ValueError: # is not #")
+
+
+def test_whole_suite_runs_are_kept_apart_from_fast_ones_and_other_records_are_ignored(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "RESULTS", tmp_path)
+    assert suite.results_path("trn2", False).name == "trn2.json"
+    assert suite.results_path("trn2", True).name == "trn2-all.json"
+    for name in ("trn3-all.json", "trn2.json", "timing.json", "trn2-all.json", "trn3.json"):
+        (tmp_path / name).write_text("{}")
+    assert [p.name for p in suite.recorded_runs()] == ["trn2.json", "trn2-all.json", "trn3.json", "trn3-all.json"]

@@ -16,6 +16,7 @@ from nkisim.sim import Instruction, Machine
 from nkisim.sim.checks import Checker, Findings
 from nkisim.sim.machine import Budget
 from nkisim.sim.multicore import Launch, Peer, SharedHbmMemory
+from nkisim.sim.program import Recorder
 
 
 class PrintLog:
@@ -86,6 +87,7 @@ class KernelContext:
             budget=budget,
             checker=checker,
             operands=_OPERANDS.get(),
+            recorder=_RECORDER.get(),
         )
         #: ``nl.device_print`` output already shown in this run.
         self.prints = prints if prints is not None else PrintLog()
@@ -156,7 +158,7 @@ class KernelContext:
         drop the fill altogether.
         """
         if self.compute:
-            tile.array[...] = value
+            self.machine.store(tile.array, value)
         self.lazy_fills[tile.uid] = (weakref.ref(tile), value, loc)
 
     def start_accumulation(self, target: Tensor) -> bool:
@@ -210,6 +212,22 @@ def same_bytes(view: Tensor, tile: Tensor) -> bool:
 _CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)
 _PROGRESS: ContextVar[Callable[[int], None] | None] = ContextVar("nkisim_progress", default=None)
 _OPERANDS: ContextVar[bool] = ContextVar("nkisim_operands", default=True)
+_RECORDER: ContextVar[Recorder | None] = ContextVar("nkisim_recorder", default=None)
+
+
+@contextlib.contextmanager
+def recording(recorder: Recorder) -> Iterator[None]:
+    """Record the kernels started inside into ``recorder`` (``nkisim.compile``)."""
+    token = _RECORDER.set(recorder)
+    try:
+        yield
+    finally:
+        _RECORDER.reset(token)
+
+
+def current_recorder() -> Recorder | None:
+    """The recorder of the runs started here, if a program is being compiled."""
+    return _RECORDER.get()
 
 
 @contextlib.contextmanager

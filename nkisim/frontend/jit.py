@@ -15,7 +15,15 @@ import numpy as np
 
 from nkisim.errors import CapacityError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.frontend.blas import single_threaded_blas
-from nkisim.frontend.context import KernelContext, PrintLog, enter, is_running, keeping_operands, leave
+from nkisim.frontend.context import (
+    KernelContext,
+    PrintLog,
+    current_recorder,
+    enter,
+    is_running,
+    keeping_operands,
+    leave,
+)
 from nkisim.frontend.frameworks import adapter, framework_of
 from nkisim.frontend.loops import AFFINE_ORDERS
 from nkisim.frontend.loops import affine_order as run_affine_in
@@ -309,8 +317,12 @@ def _simulate(
     budget = budget if budget is not None else Budget(start=time.monotonic())
     prints = PrintLog()
 
+    recorder = current_recorder()
+
     def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
         prints.restart()
+        if recorder is not None:
+            recorder.restart()
         if programs > 1:
             return _simulate_lnc(kernel, hw, args, kwargs, programs, compute, plans, budget, prints, findings)
         return _simulate_one(kernel, hw, args, kwargs, compute, plans[0] if plans else None, budget, prints, findings)

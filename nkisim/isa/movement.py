@@ -53,6 +53,10 @@ def check_same_dtype(chk: Check, a_name: str, a: Tensor, b_name: str, b: Tensor)
         chk.fail(DtypeError, b_name, f"dtype {dtype_name(b.dtype)} differs from {a_name} dtype {dtype_name(a.dtype)}")
 
 
+#: Why a gather's outcome besides its values depends on them (``InstructionSpec.value_dependent``).
+_RAISES_ON_INDICES = "reads indices from tensor data and raises on out-of-range ones"
+
+
 def _index_error(instruction: str, operand: str, rule: str) -> BoundsError:
     """An error about index values, found while executing (the kernel line is found from the stack)."""
     return BoundsError(rule, instruction=f"nisa.{instruction}", operand=operand)
@@ -192,6 +196,7 @@ def _local_gather_cost(ops: LocalGatherOps, hw: HwConfig, engine: Engine) -> Cos
     cost=_local_gather_cost,
     validate=_local_gather_validate,
     dtypes="any; dst = src_buffer dtype (no cast); index uint16",
+    value_dependent=lambda ops: _RAISES_ON_INDICES,
 )
 def local_gather(ops: LocalGatherOps, state: EngineState) -> None:
     """Each GpSimd core gathers within its 16 partitions with the same element offsets for all of them.
@@ -257,6 +262,7 @@ def _nc_n_gather_cost(ops: NcNGatherOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_nc_n_gather_cost,
     validate=_nc_n_gather_validate,
     dtypes="data any, dst = data dtype; indices uint32",
+    value_dependent=lambda ops: _RAISES_ON_INDICES,
 )
 def nc_n_gather(ops: NcNGatherOps, state: EngineState) -> None:
     """``dst[p].flat[j] = data[p].flat[indices[p].flat[j]]`` in every partition ``p``, bit for bit."""

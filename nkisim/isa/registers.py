@@ -215,6 +215,7 @@ def _register_load_cost(ops: RegisterLoadOps, hw: HwConfig, engine: Engine) -> C
     validate=_register_load_validate,
     extra_accesses=_load_accesses,
     dtypes="src: one integer of at most 32 bits (e.g. int32)",
+    value_dependent=lambda ops: "loads a register from tensor data, which can steer control flow and addresses",
 )
 def register_load(ops: RegisterLoadOps, state: EngineState) -> None:
     """``dst = src``: the tensor's one integer value (sign- or zero-extended to 32 bits)."""

@@ -173,6 +173,10 @@ class Peer(Protocol):
 #: ``(operands) -> True | None | False``: whether the instruction adds onto ``dst``'s values
 #: (an associative accumulation): always, depending on what wrote them before, or never.
 Accumulates = Callable[[Any], "bool | None"]
+#: ``(operands) -> reason or None``: why what the instruction does besides computing values (the control
+#: flow, addresses or errors that follow it) can depend on the values it reads, in words that follow the
+#: instruction's name (``"loads a register from tensor data, which can steer ..."``); None when it cannot.
+ValueDependence = Callable[[Any], "str | None"]
 #: ``(operands, peer, arrival_ns, cost, compute, check) -> (not_before_ns, cost)``: meet the other cores.
 Synchronise = Callable[[Any, "Peer | None", float, Cost, bool, Check], tuple[float, Cost]]
 
@@ -198,6 +202,10 @@ class InstructionSpec:
     #: Instructions that move never-written input elements to ``dst`` rather than use them
     #: (:mod:`nkisim.isa.carriers`): the sanitizer reports those elements where they are used.
     carries: CarrierRule | None = None
+    #: Instructions whose effect beyond the values they write depends on values (``register_load``
+    #: feeds control flow; gathers raise on out-of-range indices): a recorded program that contains one
+    #: is not replayed on new inputs but run again (:mod:`nkisim.sim.program`).
+    value_dependent: ValueDependence | None = None
     #: The boolean :class:`~nkisim.hw.model.Capabilities` a target needs to have this instruction.
     requires: tuple[str, ...] = ()
     #: The operand data types, in words, for docs/isa.md.
@@ -231,6 +239,7 @@ def instruction(
     registry: dict[str, InstructionSpec] | None = None,
     accumulates: Accumulates | None = None,
     carries: CarrierRule | None = None,
+    value_dependent: ValueDependence | None = None,
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``.
 
@@ -259,6 +268,7 @@ def instruction(
             synchronise=synchronise,
             accumulates=accumulates,
             carries=carries,
+            value_dependent=value_dependent,
             requires=requires,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),

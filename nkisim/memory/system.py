@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import numpy as np
 
@@ -13,6 +14,23 @@ from nkisim.hw import HwConfig
 from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
+
+
+class MemoryRecorder(Protocol):
+    """What records the memory events that set values, for a program replayed on new inputs (nkisim.sim.program)."""
+
+    def filled(self, view: np.ndarray, byte: int) -> None:
+        """Every byte of ``view`` (a ``uint8`` view of a storage) was set to ``byte``."""
+        ...
+
+    def placed_input(self, view: np.ndarray) -> None:
+        """A kernel input was copied into ``view`` (inputs are placed in argument order)."""
+        ...
+
+    def allocated(self, tensor: Tensor) -> None:
+        """A new on-chip tensor was allocated (after it was poisoned)."""
+        ...
+
 
 #: The buffer kernel inputs report: ``nl.hbm``, which NKI's samples assert of their inputs
 #: (``assert x.buffer == nl.hbm``). The programs of a launch share them all the same.
@@ -37,6 +55,8 @@ class MemorySystem:
         self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
         #: Called with each new on-chip tensor and whether it was placed at an explicit address.
         self.on_allocate: Callable[[Tensor, bool], None] | None = None
+        #: Told of every event that sets values outside an instruction, while a program is being recorded.
+        self.recorder: MemoryRecorder | None = None
         self._hbm_next_address = 0x1_0000_0000
         self.hbm_bytes = 0
         self._counter = 0
@@ -84,7 +104,11 @@ class MemorySystem:
             storage = self._hbm_storage(shape, dtype, name, loc)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
         if self.poison:
-            _poison(tensor)
+            poisoned = _poison(tensor)
+            if self.recorder is not None:
+                self.recorder.filled(poisoned, 0xFF)
+                if buffer.is_on_chip:
+                    self.recorder.allocated(tensor)
         return tensor
 
     def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
@@ -92,6 +116,8 @@ class MemorySystem:
         storage = self._hbm_storage(values.shape, dtype, name)
         tensor = Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, INPUT_BUFFER, name, storage, None)
         tensor.array[...] = values
+        if self.recorder is not None:
+            self.recorder.placed_input(tensor.array)
         return tensor
 
     def _on_chip_tensor(
@@ -197,11 +223,13 @@ def _typed_view(storage: Storage, offset: int, shape: tuple[int, ...], dtype: np
     return flat[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
-def _poison(tensor: Tensor) -> None:
-    """Fill with all-ones bytes: NaN for every float type, -1 or the maximum for integers."""
+def _poison(tensor: Tensor) -> np.ndarray:
+    """Fill with all-ones bytes: NaN for every float type, -1 or the maximum for integers; returns the bytes filled."""
     array = tensor.array
     if array.flags.c_contiguous:
-        array.view(np.uint8).fill(0xFF)
+        view = array.view(np.uint8)
     else:  # an on-chip tile: the same byte range in each of its partitions
         row, col = divmod(tensor.byte_offset, tensor.storage.row_bytes)
-        tensor.storage.bytes[row : row + tensor.partitions, col : col + tensor.free_size * tensor.itemsize].fill(0xFF)
+        view = tensor.storage.bytes[row : row + tensor.partitions, col : col + tensor.free_size * tensor.itemsize]
+    view.fill(0xFF)
+    return view

@@ -149,7 +149,7 @@ def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
     if tensor.buffer.is_on_chip:
         current_context().emit("memset", {"dst": tensor, "value": 0}, user_location())
     else:
-        tensor.array[...] = 0
+        current_context().machine.store(tensor.array, 0)
     return tensor
 
 
@@ -159,7 +159,8 @@ def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str 
     if tensor.buffer.is_on_chip:
         current_context().emit("memset", {"dst": tensor, "value": fill_value}, user_location())
     else:
-        tensor.array[...] = cast(np.full(tensor.shape, fill_value, dtype=np.float64), tensor.dtype)
+        values = cast(np.full(tensor.shape, fill_value, dtype=np.float64), tensor.dtype)
+        current_context().machine.store(tensor.array, values)
     return tensor
 
 
@@ -391,7 +392,12 @@ def device_print(print_prefix: str, tensor: Tensor) -> None:
         raise OperandError(f"nl.device_print: tensor must be an NKI tensor, got {type(tensor).__name__}")
     if not ctx.prints.claim():
         return
-    print(f"{print_prefix} {tensor.name}{list(tensor.shape)}:\n{np.asarray(tensor.array)}")
+    ctx.machine.effect(_print_values, (print_prefix, tensor.name, tensor.shape, tensor.array))
+
+
+def _print_values(what: tuple[str, str, tuple[int, ...], np.ndarray]) -> None:
+    prefix, name, shape, values = what
+    print(f"{prefix} {name}{list(shape)}:\n{np.asarray(values)}")
 
 
 # -- operator constants (nl.add, nl.exp, ...) -----------------------------------------

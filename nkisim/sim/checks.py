@@ -111,6 +111,9 @@ class Checker:
         self.conversions = ConversionLog()
         #: The ``affine_range`` loops running now (the front end enters and leaves them).
         self.loops = LoopTracker()
+        #: While a program is recorded (nkisim.sim.program): told of every finding that does not
+        #: depend on values (all but those :meth:`converted` makes), before ``ignore_checks`` applies.
+        self.on_report: Callable[[str, str, SourceLoc, str, str], None] | None = None
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -121,6 +124,8 @@ class Checker:
 
     def report(self, severity: str, check: str, loc: SourceLoc, instruction: str, rule: str) -> None:
         """Record a finding; raise it under strict when it is an error; warn once per line otherwise."""
+        if self.on_report is not None:
+            self.on_report(severity, check, loc, instruction, rule)
         if check in self.findings.ignored:
             return
         where = f"{instruction} [{self.target}]: " if instruction else ""
@@ -400,6 +405,13 @@ class Checker:
         self._carried_values = 0
         if not (log.saturated or log.nan or log.outside):
             return
+        hook, self.on_report = self.on_report, None  # these findings depend on values: a replay makes its own
+        try:
+            self._report_conversions(opcode, loc, log)
+        finally:
+            self.on_report = hook
+
+    def _report_conversions(self, opcode: str, loc: SourceLoc, log: ConversionLog) -> None:
         info = np.iinfo(log.dtype) if log.dtype is not None else None
         parts = []
         if log.saturated and info is not None:

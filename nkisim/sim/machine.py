@@ -45,6 +45,7 @@ from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
 from nkisim.sim.checks import Checker
 from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan
+from nkisim.sim.program import Recorder
 from nkisim.sim.scheduler import Scheduler, Timeline
 
 #: How many instructions pass between calls of a progress hook.
@@ -111,6 +112,8 @@ class Machine:
         operands: keep each instruction's operand summary on the timeline (``Timeline.args``,
             the Perfetto trace); without them a profile's memory stays bounded by the
             instruction count even when operands differ from one instruction to the next.
+        recorder: records every step that sets values, to replay the run on new inputs
+            (:mod:`nkisim.sim.program`); None (the default) records nothing.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class Machine:
         budget: Budget | None = None,
         checker: Checker | None = None,
         operands: bool = True,
+        recorder: Recorder | None = None,
     ) -> None:
         self.hw = hw
         self.operands = operands
@@ -147,6 +151,9 @@ class Machine:
         self._pending_after: list[int] = []
         if checker is not None:
             self.memory.on_allocate = checker.allocated
+        self.recorder = recorder
+        if recorder is not None:
+            recorder.attach(self)
 
     @property
     def timeline(self) -> Timeline:
@@ -188,6 +195,8 @@ class Machine:
         if checker is not None:
             checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes)
         if self.compute:
+            if self.recorder is not None:
+                self.recorder.instruction(spec, ops, loc)
             self._execute(spec, ops, engine, loc)
         if checker is not None:
             checker.after(spec, engine, tensor_writes)
@@ -273,6 +282,22 @@ class Machine:
         if budget.timeout is not None:
             step = min(step, _CLOCK_EVERY - count % _CLOCK_EVERY)
         self._next_check = count + step if self._limit is None else min(count + step, self._limit)
+
+    def store(self, array: Any, value: Any) -> None:
+        """Set ``array`` (a view of this core's memory) to ``value`` outside any instruction.
+
+        The front end's immediate values (an HBM tensor of ``nl.zeros``, a lazily filled tile's
+        values) go through here, so that a recorded program sets them again when replayed.
+        """
+        array[...] = value
+        if self.recorder is not None:
+            self.recorder.stored(array, value)
+
+    def effect(self, action: Callable[[Any], None], argument: Any) -> None:
+        """Run ``action(argument)`` now (``nl.device_print``), and at this point of every replay."""
+        action(argument)
+        if self.recorder is not None:
+            self.recorder.effect(action, argument)
 
     # -- the steps ----------------------------------------------------------------------
 

@@ -185,7 +185,7 @@ def _filled(shape: Any, value: Any, dtype: Any, buffer: Any, name: str) -> Any:
         elif t.buffer.is_on_chip:
             ctx.emit("memset", {"dst": t, "value": value}, loc)
         else:
-            t.array[...] = np.asarray(value).astype(t.dtype)
+            ctx.machine.store(t.array, np.asarray(value).astype(t.dtype))
     return made
 
 
