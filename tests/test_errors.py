@@ -355,6 +355,7 @@ def test_bounds_error_is_also_an_index_error():
 def test_sbuf_overflow_names_the_line_and_the_live_allocations():
     # trn1 SBUF: 24 MiB over 128 partitions = 196608 bytes per partition; a 128x2048
     # float32 tile takes 8192 bytes per partition, so 24 fit and the 25th does not.
+    # spill=False: the kernel must fit, so the tile that does not is an error, not a spill.
     runs = []  # a kernel that does not fit is traced again with compiler liveness: count the first run
 
     def kernel(x):
@@ -366,18 +367,18 @@ def test_sbuf_overflow_names_the_line_and_the_live_allocations():
     pattern = (
         rf"(?s){at('sbuf-full')}SBUF is full: cannot allocate 8192 bytes per partition for \S+ float32\[128, 2048\]: "
         r"196608 of 196608 bytes per partition in use, 0 free; the request exceeds the free space by 8192 bytes "
-        r"per partition\. nkisim does not model the spilling a compiler adds .* Live allocations:\n"
+        r"per partition\. An automatic SBUF tile that does not fit .* Live allocations:\n"
         rf"  \S+ float32\[128, 2048\]: 8192 B/partition, offset 0 at {re.escape(FILE)}:{line}\n"
         rf"  \S+ float32\[128, 2048\]: 8192 B/partition, offset 8192 at {re.escape(FILE)}:{line}\n"
     )
     with pytest.raises(CapacityError, match=pattern) as info:
-        run(kernel)
+        run(nki.jit(spill=False)(kernel))
     assert len(runs[0]) == 24
     assert isinstance(info.value, MemoryError)
     assert info.value.loc.line == line
 
 
-def test_sbuf_overflow_says_by_how_much_the_request_exceeds_the_free_space_and_that_spilling_is_not_modelled():
+def test_sbuf_overflow_says_by_how_much_the_request_exceeds_the_free_space_and_when_tiles_spill():
     # trn1 SBUF: 196608 bytes per partition. 23 float32[128, 2048] tiles take 23 x 8192 = 188416,
     # leaving 196608 - 188416 = 8192 free; a float32[128, 3072] tile needs 3072 x 4 = 12288,
     # 12288 - 8192 = 4096 more than is free.
@@ -386,17 +387,18 @@ def test_sbuf_overflow_says_by_how_much_the_request_exceeds_the_free_space_and_t
         tiles.append(nl.ndarray((128, 3072), nl.float32, buffer=nl.sbuf))  # @sbuf-exceeds
 
     with pytest.raises(CapacityError) as info:
-        run(kernel)
+        run(nki.jit(spill=False)(kernel))
     message = str(info.value)
     assert re.match(at("sbuf-exceeds"), message)
     first = message.splitlines()[0]
     assert "cannot allocate 12288 bytes per partition for " in first
     assert "float32[128, 3072]: 188416 of 196608 bytes per partition in use, 8192 free;" in first
     assert "the request exceeds the free space by 4096 bytes per partition." in first
-    assert "nkisim does not model the spilling a compiler adds to make tiles fit (NKI performance guide, Opt #2)" in (
-        first
-    )
-    assert "docs/timing.md, 'Not modelled'" in first
+    assert (
+        "An automatic SBUF tile that does not fit even with tiles freed after their last use is spilled to device "
+        "memory, as the compiler does, unless the kernel forbids it (nki.jit(spill=False)); tiles placed with "
+        "address= never spill (docs/semantics.md, 'Spilling')."
+    ) in first
     assert first.endswith("Live allocations:")
     assert message.count("float32[128, 2048]: 8192 B/partition") == 12  # the twelve largest are listed
     assert message.splitlines()[-1] == "  ... and 11 more"
@@ -416,7 +418,7 @@ def test_sbuf_overflow_with_enough_free_bytes_names_the_longest_free_range():
         nisa.memset(dst=b, value=1.0)
 
     with pytest.raises(CapacityError) as info:
-        run(kernel)
+        run(nki.jit(spill=False)(kernel))
     first = str(info.value).splitlines()[0]
     assert re.match(at("sbuf-split"), first)
     assert "cannot allocate 98304 bytes per partition for " in first
@@ -433,7 +435,7 @@ def test_psum_overflow():
         while True:
             runs[-1].append(nl.ndarray((128, 512), nl.float32, buffer=nl.psum))  # @psum-full
 
-    with pytest.raises(CapacityError, match=at("psum-full") + r"PSUM is full"):
+    with pytest.raises(CapacityError, match=at("psum-full") + r"PSUM is full.* PSUM tiles are not spilled"):
         run(kernel)
     assert len(runs[0]) == 8
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import nkisim
+import nkisim.nki as nki
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 from nkisim.errors import CapacityError
@@ -60,7 +61,7 @@ def test_an_automatic_tile_is_placed_around_a_later_explicit_one(target):
     np.testing.assert_array_equal(result.outputs, a * np.float32(2) + a)
 
 
-def test_a_kernel_that_needs_more_than_sbuf_at_once_still_fails_with_the_eager_message():
+def test_a_kernel_that_needs_more_than_sbuf_at_once_and_may_not_spill_fails_with_the_eager_message():
     cols = _quarter_sbuf_floats("trn1")
 
     def kernel():
@@ -71,7 +72,7 @@ def test_a_kernel_that_needs_more_than_sbuf_at_once_still_fails_with_the_eager_m
             nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
 
     with pytest.raises(CapacityError, match=r"test_liveness\.py:\d+: SBUF is full: cannot allocate"):
-        nkisim.run(kernel, [], target="trn1")
+        nkisim.run(nki.jit(kernel, spill=False), [], target="trn1")
 
 
 def test_a_kernel_that_allocates_differently_each_run_keeps_the_eager_error():

@@ -132,6 +132,8 @@ def jit(func: Callable[..., Any] | None = None, mode: str = "auto", **kwargs: An
     ``NEURON_PLATFORM_TARGET_OVERRIDE`` environment variable, then ``trn1``.
     ``mode`` is accepted for compatibility; nkisim always simulates. ``check=`` sets the
     kernel's sanitizer mode (``"strict"``, ``"warn"``, ``"off"``; see :func:`run`).
+    ``spill=False`` makes automatic SBUF tiles that do not fit an error instead of spilling
+    them to device memory (docs/semantics.md, "Spilling").
     """
     platform_target = kwargs.pop("platform_target", None)
     if platform_target is not None:
@@ -332,7 +334,8 @@ def _simulate(
             try:
                 return attempt(None)
             except CapacityError as eager_error:
-                return _with_compiler_liveness(attempt, programs, eager_error)
+                spill = bool(kernel.options.get("spill", True))
+                return _with_compiler_liveness(attempt, programs, eager_error, spill)
         except Exception as exc:
             clear = translate(exc, _kernel_loc(kernel))
             if clear is None:
@@ -344,13 +347,16 @@ def _with_compiler_liveness(
     attempt: Callable[[list[TilePlan] | None], tuple[list[KernelContext], Any]],
     programs: int,
     eager_error: CapacityError,
+    spill: bool = True,
 ) -> tuple[list[KernelContext], Any]:
     """Run again, freeing tiles after their last use as the compiler does (see ``nkisim.memory.liveness``).
 
-    A recording run learns each tile's lifetime; if the kernel then still does not
-    fit, or behaves differently between runs, the eager run's error stands.
+    A recording run learns each tile's lifetime; the third run allocates by it and, with
+    ``spill``, spills the automatic SBUF tiles that still do not fit. If the kernel then still
+    does not fit, that run's error is raised (the eager run's without ``spill``); if it behaves
+    differently between runs, the eager run's error stands.
     """
-    plans = [TilePlan(recording=True) for _ in range(programs)]
+    plans = [TilePlan(recording=True, spill=spill) for _ in range(programs)]
     try:
         attempt(plans)
     except Exception:  # the recording run failed in some other way: the eager run's error is the one to show
@@ -359,7 +365,11 @@ def _with_compiler_liveness(
         plan.recording = False
     try:
         return attempt(plans)
-    except (CapacityError, PlanDivergedError):
+    except CapacityError:
+        if spill:  # what still does not fit when SBUF spills (PSUM, a placed tile): the eager error may be SBUF's
+            raise
+        raise eager_error from None
+    except PlanDivergedError:
         raise eager_error from None
 
 

@@ -248,7 +248,8 @@ def run_legacy(
             try:
                 ctxs, (bound, returned, spans) = attempt(None)
             except CapacityError as eager_error:  # as nkisim.run: free tiles after their last use, then retry
-                ctxs, (bound, returned, spans) = _with_compiler_liveness(attempt, cores, eager_error)
+                spill = bool(kernel.options.get("spill", True))
+                ctxs, (bound, returned, spans) = _with_compiler_liveness(attempt, cores, eager_error, spill)
         except Exception as exc:
             clear = translate(exc, _kernel_loc(kernel))  # type: ignore[arg-type]
             if clear is None:

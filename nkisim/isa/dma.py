@@ -59,12 +59,14 @@ def dma_cost(
     efficiency: float = 1.0,
     paced_bytes: float | None = None,
     views: tuple[Tensor, ...] = (),
+    hbm: bool = False,
 ) -> Cost:
     """The fixed trigger latency, then ``paced_bytes`` (default ``nbytes``) spread over the DMA engines.
 
     The transfer uses the engines that serve the partitions of its on-chip side
     (all 16 for HBM-to-HBM), each at the achieved share of its nominal rate,
-    capped by HBM bandwidth when HBM is involved, and times ``efficiency``. Each
+    capped by HBM bandwidth when HBM is involved (a view in HBM, or ``hbm``: the other
+    side is device memory, as for a spill), and times ``efficiency``. Each
     contiguous run of the transfer is a packet; the payload-efficiency curve gives the
     share of the rate that packets of that size achieve (small ones are overhead-bound).
     """
@@ -73,7 +75,7 @@ def dma_cost(
     views = tuple(v for v in views if not v.is_dynamic)  # run-time addresses: no static layout to cost
     first, count = _engines_used(hw, views)
     rate = count * dma.bytes_per_ns_per_engine
-    if any(v.buffer.is_hbm for v in views):
+    if hbm or any(v.buffer.is_hbm for v in views):
         rate = min(rate, hw.hbm.bandwidth_bytes_per_ns)
     run = min((contiguous_run_bytes(v) for v in views), default=0)
     achieved = dma.efficiency(run) if run else 1.0

@@ -12,7 +12,8 @@ When eager allocation runs out of room, the kernel is traced again with
 :class:`TilePlan` recording: automatic tiles go above the real memory, so
 nothing collides, and each allocation's first and last instruction is noted.
 A third run allocates with the plan: tiles past their last use are freed, and an
-automatic tile avoids the explicit placements its lifetime will meet.
+automatic tile avoids the explicit placements its lifetime will meet. An automatic
+SBUF tile that still does not fit is spilled (:class:`TilePlan` ``spill``).
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ class TileRecord:
 class TilePlan:
     """The allocations of one program, per on-chip memory (``sbuf``, ``psum``), in creation order.
 
-    ``recording``: this run fills the plan; otherwise it allocates by it.
+    ``recording``: this run fills the plan; otherwise it allocates by it. ``spill``: an
+    automatic SBUF tile that still does not fit goes to the next-tier memory, as the
+    compiler spills it (see :mod:`nkisim.memory.system`); False keeps it an error.
     """
 
     recording: bool
+    spill: bool = True
     tiles: dict[str, list[TileRecord]] = field(default_factory=lambda: {"sbuf": [], "psum": []})
 
 

@@ -91,6 +91,9 @@ class Allocation:
     handle: int = -1
     placed: bool = False  # at an explicit address (``nl.ndarray(address=...)``)
     serial: int = -1  # creation order in this memory (the index into a TilePlan)
+    #: Spilled to the next-tier memory: the bytes per partition that were free in this memory
+    #: when it did not fit (``-1``: not spilled; a spilled allocation holds no bytes of this memory).
+    spilled_free: int = -1
 
     def overlaps(self, offset: int, nbytes: int, partition_offset: int, partitions: int) -> bool:
         bytes_meet = offset < self.offset + self.nbytes and self.offset < offset + nbytes
@@ -138,6 +141,16 @@ class OnChipMemory:
         return self.plan is not None and self.plan.recording
 
     @property
+    def spills(self) -> bool:
+        """An automatic tile that does not fit goes to the next-tier memory instead of failing.
+
+        So it is for SBUF in a run that allocates by a recorded plan (the compiler's view of
+        the kernel, see :mod:`nkisim.memory.liveness`), unless the plan forbids spilling.
+        """
+        plan = self.plan
+        return self.name == "sbuf" and plan is not None and not plan.recording and plan.spill
+
+    @property
     def records(self) -> list[TileRecord] | None:
         return None if self.plan is None else self.plan.tiles[self.name]
 
@@ -148,6 +161,8 @@ class OnChipMemory:
 
         PSUM allocations that fit in one bank never straddle two banks, and larger
         ones start on a bank boundary, as the Tensor Engine writes whole banks.
+        When the tile does not fit and the memory :attr:`spills`, the allocation returned
+        is marked spilled (``spilled_free``) and takes no bytes of this memory.
 
         Raises:
             CapacityError: naming the kernel line and the live allocations.
@@ -158,6 +173,9 @@ class OnChipMemory:
         obstacles = self._obstacles(serial, partitions)
         offset = self._next_fit(size, obstacles)
         if offset is None:
+            if self.spills:
+                free = sum(self._free_ranges(obstacles))
+                return Allocation(0, size, partitions, what, loc, serial=serial, spilled_free=free)
             label = Allocation(0, nbytes, partitions, what, loc).label
             raise CapacityError(self._full_message(nbytes, size, label, obstacles), loc=loc)
         self._cursor = offset + size
@@ -281,16 +299,22 @@ class OnChipMemory:
             return (cursor // bank + 1) * bank
         return cursor
 
-    def _full_message(self, nbytes: int, size: int, label: str, obstacles: list[tuple[int, int]]) -> str:
-        """What was asked, what is in use and free, by how much it does not fit, and the live allocations."""
+    def _free_ranges(self, obstacles: list[tuple[int, int]]) -> list[int]:
+        """The lengths of the free ranges a new tile could start in, as :meth:`_fit_from` sees them."""
         lo, hi, align = self._floor, self.storage.row_bytes, self.config.alignment_bytes
         gaps, cursor = [], lo
-        for start, end in obstacles:  # the free ranges a new tile could start in, as _fit_from sees them
+        for start, end in obstacles:
             start, end = max(start, lo), min(end, hi)
             if start > cursor:
                 gaps.append(start - cursor)
             cursor = max(cursor, -(-end // align) * align)
         gaps.append(max(0, hi - cursor))
+        return gaps
+
+    def _full_message(self, nbytes: int, size: int, label: str, obstacles: list[tuple[int, int]]) -> str:
+        """What was asked, what is in use and free, by how much it does not fit, and the live allocations."""
+        lo, hi, align = self._floor, self.storage.row_bytes, self.config.alignment_bytes
+        gaps = self._free_ranges(obstacles)
         free = sum(gaps)
         granule = f" ({size} in {align}-byte granules)" if size != nbytes else ""
         if size > free:
@@ -302,8 +326,7 @@ class OnChipMemory:
         lines = [
             f"{self.name.upper()} is full: cannot allocate {nbytes} bytes per partition{granule} for {label}: "
             f"{hi - lo - free} of {self.config.bytes_per_partition} bytes per partition in use, {free} free; {short}. "
-            "nkisim does not model the spilling a compiler adds to make tiles fit (NKI performance guide, "
-            "Opt #2): a kernel's live tiles must fit as written (docs/timing.md, 'Not modelled'). Live allocations:"
+            f"{_SPILL_RULE[self.name]} (docs/semantics.md, 'Spilling'). Live allocations:"
         ]
         for alloc in sorted(self.live.values(), key=lambda a: -a.nbytes)[:12]:
             where = f" at {alloc.loc}" if alloc.loc else ""
@@ -311,6 +334,15 @@ class OnChipMemory:
         if len(self.live) > 12:
             lines.append(f"  ... and {len(self.live) - 12} more")
         return "\n".join(lines)
+
+
+#: What a full memory's error says about spilling, by memory.
+_SPILL_RULE = {
+    "sbuf": "An automatic SBUF tile that does not fit even with tiles freed after their last use is spilled to "
+    "device memory, as the compiler does, unless the kernel forbids it (nki.jit(spill=False)); tiles placed "
+    "with address= never spill",
+    "psum": "PSUM tiles are not spilled: a kernel's live PSUM tiles must fit as written",
+}
 
 
 def describe(shape: tuple[int, ...], dtype: np.dtype) -> str:

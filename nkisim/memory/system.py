@@ -1,4 +1,12 @@
-"""The memories of one NeuronCore, and the creation of tensors in them."""
+"""The memories of one NeuronCore, and the creation of tensors in them.
+
+Spilling: in a run that allocates by a recorded plan, an automatic SBUF tile that does not
+fit even with tiles freed after their last use is placed in a spill store of its own, the
+next-tier memory (device memory) that the compiler spills SBUF to. The store has SBUF's
+partition layout, so the tile is an SBUF tile to the kernel (``buffer`` is ``nl.sbuf``)
+with the same views and values; the machine adds the refill and save transfers its
+instructions cost (:mod:`nkisim.sim.machine`).
+"""
 
 from __future__ import annotations
 
@@ -55,6 +63,11 @@ class MemorySystem:
         self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
         #: Called with each new on-chip tensor and whether it was placed at an explicit address.
         self.on_allocate: Callable[[Tensor, bool], None] | None = None
+        #: The spill stores of this run's spilled SBUF tiles, by storage uid.
+        self.spilled: dict[int, Storage] = {}
+        #: Called with each spilled tile, the SBUF bytes per partition free when it did not fit,
+        #: and the kernel line that allocated it.
+        self.on_spill: Callable[[Tensor, int, SourceLoc | None], None] | None = None
         #: Told of every event that sets values outside an instruction, while a program is being recorded.
         self.recorder: MemoryRecorder | None = None
         self._hbm_next_address = 0x1_0000_0000
@@ -140,6 +153,9 @@ class MemorySystem:
             alloc = memory.place(col, row, free_bytes, partitions, what, loc)
         offset, row = alloc.offset, alloc.partition_offset
         storage = memory.storage
+        if alloc.spilled_free >= 0:
+            storage = Storage(memory.name, memory.config.partitions, alloc.nbytes)
+            self.spilled[storage.uid] = storage
         start = row * storage.row_bytes + offset
         array = np.ndarray(
             shape=shape,
@@ -149,7 +165,11 @@ class MemorySystem:
             strides=(storage.row_bytes, *_contiguous_strides(shape[1:], dtype.itemsize)),
         )
         tensor = Tensor(array, dtype, buffer, name, storage, None, start)
-        weakref.finalize(tensor, memory.free, alloc.handle)
+        if alloc.spilled_free >= 0:
+            if self.on_spill is not None:
+                self.on_spill(tensor, alloc.spilled_free, loc)
+        else:
+            weakref.finalize(tensor, memory.free, alloc.handle)
         if memory.recording:
             self._allocations[tensor.uid] = (memory, alloc.serial)
         if self.on_allocate is not None:

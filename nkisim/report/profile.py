@@ -238,6 +238,23 @@ class Profile:
             return 0.0
         return self._site_sum("bytes") / (self.hw.dma.bytes_per_ns * len(self.cores) * self.total_ns)
 
+    @cached_property
+    def spill_save_bytes(self) -> int:
+        """Bytes the compiler's spill saves moved from SBUF to device memory (the profiler's ``spill_save_bytes``)."""
+        return self._opcode_bytes("spill_save")
+
+    @cached_property
+    def spill_reload_bytes(self) -> int:
+        """Bytes the compiler's spill refills moved from device memory to SBUF (``spill_reload_bytes``)."""
+        return self._opcode_bytes("spill_reload")
+
+    def _opcode_bytes(self, opcode: str) -> int:
+        """The bytes of the instructions named ``opcode``, summed."""
+        per_site = [site.bytes if site.opcode == opcode else 0 for site in self._tl.sites]
+        if not any(per_site):
+            return 0
+        return int(sum(map(per_site.__getitem__, self._tl.site_id)))
+
     def _site_sum(self, name: str) -> float:
         """A site value summed over the instructions in program order (the float a loop gives)."""
         values = [getattr(site, name) for site in self._tl.sites]
@@ -322,6 +339,10 @@ class Profile:
         for name, frac in self.engine_utilisation().items():
             ns = self.engine_busy_ns[name]
             lines.append(f"  {name:<{width}}{ns / 1000:>12.3f}{100 * frac:>8.1f}%{counts.get(name, 0):>9}")
+        if self.spill_save_bytes or self.spill_reload_bytes:
+            lines.append(
+                f"  spills: spill_save_bytes {self.spill_save_bytes}, spill_reload_bytes {self.spill_reload_bytes}"
+            )
         if self.diagnostics:
             lines.append(self.diagnostics_text())
         return "\n".join(lines)

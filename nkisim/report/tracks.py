@@ -23,6 +23,8 @@ def track_order(name: str) -> tuple[int, int, str]:
     """Sort key of a track name without its core prefix: engine order, then queue or unit number."""
     if name.startswith("DMA q"):
         return len(ENGINE_ORDER), int(name[5:]), ""
+    if name == "DMA spill":  # the spill queue follows the numbered queues
+        return len(ENGINE_ORDER), 1 << 30, ""
     kind, _, unit = name.rpartition(" ")
     if kind and unit.isdigit():
         rank = ENGINE_ORDER.index(kind) if kind in ENGINE_ORDER else len(ENGINE_ORDER) + 1

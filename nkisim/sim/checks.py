@@ -42,6 +42,7 @@ CHECKS = (
     "psum-bank",
     "activation-range",
     "saturation",
+    "spill",
 )
 
 #: Shadow marks per on-chip byte: never written; written by an engine; written by the Tensor Engine;
@@ -155,6 +156,23 @@ class Checker:
         """A new on-chip tile: its bytes are unwritten (unless placed on purpose over another's)."""
         if not placed:
             self._bytes_of(tensor)[...] = 0
+
+    def spilled(self, tensor: Tensor, free: int, loc: SourceLoc | None) -> None:
+        """A new SBUF tile did not fit and was spilled to device memory: a performance warning at its line."""
+        if loc is None:
+            return
+        config = self.hw.sbuf
+        nbytes = tensor.storage.row_bytes
+        self.report(
+            "warning",
+            "spill",
+            loc,
+            "",
+            f"SBUF tile {tensor.name!r} {dtype_name(tensor.dtype)}[{', '.join(map(str, tensor.shape))}] needs {nbytes} "
+            f"bytes per partition but {free} of {config.bytes_per_partition} are free, even with tiles freed after "
+            "their last use; it is spilled to device memory: every read of it waits for a spill_reload DMA and "
+            "every write is followed by a spill_save DMA (the DMA spill queue)",
+        )
 
     def _bytes_of(self, t: Tensor) -> np.ndarray:
         """The shadow of every byte of a static view: a slice of rows and bytes when the view covers one."""

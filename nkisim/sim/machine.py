@@ -14,6 +14,13 @@ record. :meth:`Machine.issue` then does, in this order:
 7. **schedule**: place it on its engine's or DMA queue's timeline, after the spec's
    ``synchronise`` hook (if any) has met the other cores of a multi-core launch.
 
+An operand in a spilled SBUF tile (:mod:`nkisim.memory.system`) adds the compiler's spill
+traffic around the instruction: before it, a ``spill_reload`` DMA of the bytes it reads
+from the tile (device memory to SBUF), which it waits for; after it, a ``spill_save`` DMA
+of the bytes it writes (SBUF to device memory), which later reads of those bytes wait for.
+Both run on the spill queue (:data:`~nkisim.sim.scheduler.SPILL_TRACK`) and appear on the
+timeline with the instruction's kernel line.
+
 The placement of step 7 waits until the next instruction is issued (or the timeline is
 read), so that :meth:`Machine.depend` can still add scheduling edges to the latest
 instruction. Steps 1-6 happen at once, so values are there as soon as the call returns;
@@ -37,8 +44,9 @@ from pydantic import ValidationError
 
 from nkisim.errors import BudgetError, ExecutionError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
-from nkisim.isa import REGISTRY, Check, EngineState, InstructionSpec
+from nkisim.isa import REGISTRY, Check, Cost, EngineState, InstructionSpec
 from nkisim.isa.common import check_common
+from nkisim.isa.dma import dma_cost
 from nkisim.isa.spec import Peer, missing_capability, needs
 from nkisim.memory import MemorySystem, Region, Tensor
 from nkisim.memory.dtypes import logging as conversions_to
@@ -147,10 +155,15 @@ class Machine:
         self._plans: dict[tuple[object, ...], Plan] = {}
         #: The latest instruction, issued but not yet placed: the arguments of ``Scheduler.schedule``.
         self._pending: tuple[Any, ...] | None = None
-        #: Instructions the pending one must wait for (:meth:`depend`).
+        #: Instructions the pending one must wait for (:meth:`depend`, and its spill refills).
         self._pending_after: list[int] = []
+        #: The spill saves that follow the pending instruction: (cost, the spilled regions it writes).
+        self._pending_saves: list[tuple[Cost, Region]] = []
+        #: Kernel instructions issued so far (the timeline also holds spill transfers).
+        self._issued = 0
         if checker is not None:
             self.memory.on_allocate = checker.allocated
+            self.memory.on_spill = checker.spilled
         self.recorder = recorder
         if recorder is not None:
             recorder.attach(self)
@@ -190,7 +203,8 @@ class Machine:
                 tensor_reads = [(name, arguments[name]) for name in plan.reads]
                 tensor_writes = [(name, arguments[name]) for name in plan.writes]
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
-        self.memory.issued(len(self.scheduler.timeline), tensor_reads, tensor_writes)
+        self.memory.issued(self._issued, tensor_reads, tensor_writes)
+        self._issued += 1
         checker = self.checker
         if checker is not None:
             checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes)
@@ -209,14 +223,19 @@ class Machine:
         else:
             cost = cost_of(plan, ops) if plan.cost is not None else spec.cost(ops, self.hw, engine)
             summary = plan.summary
+        if self.memory.spilled:
+            self._spill_traffic(loc, tensor_reads, tensor_writes)
         index = len(self.scheduler.timeline)
         if spec.synchronise is not None:
             arrival = self.scheduler.earliest_start(engine, reads, writes, instruction.unit)
             chk = Check(spec.name, engine, self.hw, loc)
             not_before, cost = spec.synchronise(ops, self.peer, arrival, cost, self.compute, chk)
+            after, self._pending_after = self._pending_after, []
             self.scheduler.schedule(
-                spec.name, engine, cost, reads, writes, loc, not_before=not_before, args=summary, unit=instruction.unit
-            )
+                spec.name, engine, cost, reads, writes, loc, not_before=not_before, args=summary,
+                unit=instruction.unit, after=after,
+            )  # fmt: skip
+            self._save_spilled(index, loc)
         else:
             self._pending = (spec.name, engine, cost, reads, writes, loc, summary, instruction.unit)
         if self.peer is not None:
@@ -232,6 +251,30 @@ class Machine:
         if after:
             self._pending_after = []
         self.scheduler.schedule(opcode, engine, cost, reads, writes, loc, args=summary, unit=unit, after=after)
+        if self._pending_saves:
+            self._save_spilled(len(self.scheduler.timeline) - 1, loc)
+
+    def _spill_traffic(self, loc: SourceLoc, reads: list[tuple[str, Tensor]], writes: list[tuple[str, Tensor]]) -> None:
+        """Place the refills of the spilled bytes the instruction reads; keep the saves of those it writes.
+
+        One transfer per operand view in a spilled tile, of the view's bytes (elements x item size),
+        costed as a DMA between device memory and SBUF over the engines serving its partitions.
+        """
+        spilled = self.memory.spilled
+        for _, t in reads:
+            if t.storage.uid in spilled:
+                cost = dma_cost(self.hw, t.size * t.itemsize, views=(t,), hbm=True)
+                refill = self.scheduler.schedule_spill("spill_reload", cost, [t.region], [], loc, ())
+                self._pending_after.append(refill)
+        for _, t in writes:
+            if t.storage.uid in spilled:
+                self._pending_saves.append((dma_cost(self.hw, t.size * t.itemsize, views=(t,), hbm=True), t.region))
+
+    def _save_spilled(self, index: int, loc: SourceLoc) -> None:
+        """Place the spill saves of instruction ``index``: each starts after it and writes the spilled bytes."""
+        saves, self._pending_saves = self._pending_saves, []
+        for cost, region in saves:
+            self.scheduler.schedule_spill("spill_save", cost, [], [region], loc, (index,))
 
     def depend(self, consumer: int, producer: int) -> float | None:
         """Make instruction ``consumer`` start only after instruction ``producer`` has ended.
@@ -379,7 +422,7 @@ class Machine:
         sbuf, psum = self.memory.sbuf.storage, self.memory.psum.storage
         for name, t in (*reads, *writes):
             storage = t.storage
-            if storage is sbuf or storage is psum:
+            if storage is sbuf or storage is psum or storage.uid in self.memory.spilled:
                 continue
             if t.buffer.is_on_chip and storage.kind in ("sbuf", "psum"):
                 raise OperandError(

@@ -17,6 +17,8 @@
   queue. Each waits the fixed trigger latency, then occupies each DMA engine it is
   spread over for its share of the bytes; the engines are shared by all queues, and
   a transfer completes when its last engine does.
+* The compiler's spill transfers (a spilled SBUF tile's refills and saves) run in
+  order on a queue of their own, ``DMA spill``, over the same DMA engines.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ __all__ = ["BandwidthCalendar", "Scheduler", "Timeline"]
 
 #: Sites one scheduler remembers by the identity of their operand summary.
 MAX_SITES = 4096
+
+#: The track of the spill transfers (the profiler's ``qSyncSpillReload`` queue).
+SPILL_TRACK = "DMA spill"
 
 
 class BandwidthCalendar:
@@ -86,6 +91,7 @@ class Scheduler:
         #: When each compute track (an engine, or one unit of a replicated engine) is free.
         self._engine_free: dict[str, float] = {}
         self._queue_free = [0.0] * hw.dma.queues
+        self._spill_free = 0.0  # when the spill queue is free
         # While every transfer has used all DMA engines their calendars are identical: keep one.
         self._all_dma_engines: BandwidthCalendar | None = BandwidthCalendar()
         self._dma_engines: list[BandwidthCalendar] = []
@@ -204,6 +210,39 @@ class Scheduler:
         tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, nbytes, flops, args, site)
         return start, end
 
+    def schedule_spill(
+        self,
+        opcode: str,
+        cost: Cost,
+        reads: list[Region],
+        writes: list[Region],
+        source: SourceLoc,
+        after: Sequence[int],
+    ) -> int:
+        """Place a spill transfer on the spill queue, after its data and the instructions ``after``; returns its index.
+
+        It is a DMA like any other (the fixed latency, then its bytes over the DMA engines it
+        uses), in order on :data:`SPILL_TRACK`.
+        """
+        tl = self.timeline
+        track_id = tl.track_number(SPILL_TRACK)
+        ready, producer = self.tracker.ready(reads, writes, track_id)
+        for edge in after:
+            needed = self.edge_ready(edge, track_id)
+            if needed > ready:
+                ready, producer = needed, edge
+        free = self._spill_free
+        start = max(ready, free)
+        end = self._spill_free = self._book_dma(start, cost)
+        index = len(tl)
+        pred = producer if ready > free else self._last_on_track.get(SPILL_TRACK, -1)
+        self._last_on_track[SPILL_TRACK] = index
+        self.tracker.commit(reads, writes, end, index, track_id)
+        site = tl.site_number(opcode, source, cost.bytes, cost.flops, ())
+        busy, wait = cost.busy_ns, max(0.0, ready - free)
+        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, cost.bytes, cost.flops, (), site)
+        return index
+
     def _static_ns(self, engine: Engine, cycles_field: str) -> float:
         """A per-engine static cost in ns (the Tensor Engine has none of these)."""
         key = (engine._value_, cycles_field)
@@ -259,19 +298,21 @@ class Scheduler:
 
     def _place_dma(self, queue: int, start: float, cost: Cost) -> tuple[float, float]:
         """Book the transfer on each DMA engine it uses; it ends when the last of them does."""
+        end = self._queue_free[queue] = self._book_dma(start, cost)
+        return start, end
+
+    def _book_dma(self, start: float, cost: Cost) -> float:
+        """Book a transfer starting at ``start`` on the DMA engines it uses; returns when the last is done."""
         engines = self.hw.dma.engines
         first, count = cost.dma_engines or (0, engines)
         earliest = start + cost.latency_ns
         if self._all_dma_engines is not None:
             if count == engines:
-                end = self._all_dma_engines.book(earliest, cost.busy_ns) + cost.busy_ns
-                self._queue_free[queue] = end
-                return start, end
+                return self._all_dma_engines.book(earliest, cost.busy_ns) + cost.busy_ns
             self._dma_engines = [self._all_dma_engines.copy() for _ in range(engines)]
             self._all_dma_engines = None
         end = earliest
         for engine in range(first, first + count):
             booked = self._dma_engines[engine % engines].book(earliest, cost.busy_ns)
             end = max(end, booked + cost.busy_ns)
-        self._queue_free[queue] = end
-        return start, end
+        return end
