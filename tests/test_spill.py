@@ -1,0 +1,205 @@
+"""Compiler spills: an automatic SBUF tile that does not fit goes to device memory, with its traffic timed.
+
+The NKI docs (memory hierarchy overview): "If the total size of the live data being used by a
+NKI kernel overflows the capacity of any on-chip memory, the Neuron compiler will insert the
+necessary spills or refills between that memory and the next-tier memory in the hierarchy."
+
+The kernels below fill trn2's SBUF (its real capacity, from its HwConfig) with a tile
+``filler`` of ``capacity - slack`` bytes per partition and a float32[128, 2048] tile ``b``
+(8192 bytes per partition), then ask for another float32[128, 2048] tile ``a``. With
+``slack`` = 12288, 4096 bytes per partition are free when ``a`` is asked for, so ``a`` spills;
+with ``slack`` = 16384 it fits.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nkisim
+import nkisim.nki as nki
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+from nkisim import CapacityError
+from nkisim.hw import load_target
+
+pytestmark = pytest.mark.filterwarnings(r"ignore:.*\[spill\]:nkisim.CheckWarning")
+
+TARGET = "trn2"
+HW = load_target(TARGET)
+CAPACITY = HW.sbuf.bytes_per_partition
+COLS = 2048  # float32 columns of a and b: 8192 bytes per partition
+TILE_BYTES = 128 * COLS * 4  # 1 MiB: one whole read or write of a
+SPILLS, FITS = 12288, 16384  # the slack that makes a spill, and that lets it fit
+FILE = Path(__file__).name
+_LINES = Path(__file__).read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    return next(i for i, text in enumerate(_LINES, 1) if text.rstrip().endswith(f"# @{marker}"))
+
+
+def make_kernel(slack: int, read_cols: int = COLS):
+    """out = 2 * x[:, :read_cols] (+ 0 from the filler, so it stays live to the end)."""
+
+    def kernel(x):
+        filler = nl.ndarray((128, (CAPACITY - slack) // 4), nl.float32, buffer=nl.sbuf, name="filler")
+        b = nl.ndarray((128, COLS), nl.float32, buffer=nl.sbuf, name="b")
+        nisa.memset(dst=filler[:, 0:read_cols], value=0.0)
+        a = nl.ndarray((128, COLS), nl.float32, buffer=nl.sbuf, name="a")  # @alloc-a
+        nisa.dma_copy(dst=a, src=x)  # @write-a
+        nisa.tensor_scalar(dst=b[:, 0:read_cols], data=a[:, 0:read_cols], op0=nl.multiply, operand0=2.0)  # @read-a
+        nisa.tensor_tensor(dst=b[:, 0:read_cols], data1=b[:, 0:read_cols], data2=filler[:, 0:read_cols], op=nl.add)
+        out = nl.ndarray((128, read_cols), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=b[:, 0:read_cols])
+        return out
+
+    return kernel
+
+
+@pytest.fixture(scope="module")
+def x() -> np.ndarray:
+    return np.random.default_rng(11).standard_normal((128, COLS)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def spilled(x: np.ndarray) -> nkisim.RunResult:
+    return nkisim.run(make_kernel(SPILLS), [x], target=TARGET, check="warn")
+
+
+@pytest.fixture(scope="module")
+def fitting(x: np.ndarray) -> nkisim.RunResult:
+    return nkisim.run(make_kernel(FITS), [x], target=TARGET, check="warn")
+
+
+def records(result: nkisim.RunResult, opcode: str) -> list:
+    return [r for r in result.profile.instructions if r.opcode == opcode]
+
+
+def test_the_spilled_tile_holds_the_values_a_tile_in_sbuf_would(spilled: nkisim.RunResult, x: np.ndarray) -> None:
+    np.testing.assert_array_equal(spilled.outputs, 2 * x)
+
+
+def test_the_spill_is_reported_once_with_the_tile_its_line_its_bytes_and_the_free_sbuf(
+    spilled: nkisim.RunResult,
+) -> None:
+    found = [d for d in spilled.profile.diagnostics if d.check == "spill"]
+    assert len(found) == 1
+    finding = found[0]
+    assert finding.severity == "warning"
+    assert finding.loc.line == line_of("alloc-a")
+    # filler (capacity - 12288) + b (8192) leave 4096 of the capacity free; a needs 8192
+    assert re.match(
+        rf"{re.escape(FILE)}:{line_of('alloc-a')}: SBUF tile 'a' float32\[128, 2048\] needs 8192 bytes per "
+        rf"partition but 4096 of {CAPACITY} are free, even with tiles freed after their last use; it is spilled "
+        r"to device memory",
+        finding.message,
+    )
+
+
+def test_spill_byte_totals_are_the_bytes_written_to_and_read_from_the_spilled_tile(
+    spilled: nkisim.RunResult,
+) -> None:
+    # a is written once (dma_copy, the whole tile) and read once (tensor_scalar, the whole tile)
+    profile = spilled.profile
+    assert profile.spill_save_bytes == TILE_BYTES
+    assert profile.spill_reload_bytes == TILE_BYTES
+    assert f"spill_save_bytes {TILE_BYTES}, spill_reload_bytes {TILE_BYTES}" in profile.summary()
+
+
+@pytest.mark.parametrize("read_cols", [64, 512])
+def test_a_partial_read_reloads_only_the_bytes_it_reads(x: np.ndarray, read_cols: int) -> None:
+    result = nkisim.run(make_kernel(SPILLS, read_cols), [x], target=TARGET, check="warn")
+    np.testing.assert_array_equal(result.outputs, 2 * x[:, :read_cols])
+    assert result.profile.spill_reload_bytes == 128 * read_cols * 4
+    assert result.profile.spill_save_bytes == TILE_BYTES
+
+
+def test_the_spill_transfers_are_dmas_on_the_spill_queue_at_the_lines_that_caused_them(
+    spilled: nkisim.RunResult,
+) -> None:
+    (save,) = records(spilled, "spill_save")
+    (reload,) = records(spilled, "spill_reload")
+    assert save.engine == reload.engine == "DMA spill"
+    assert save.source == f"{FILE}:{line_of('write-a')}"
+    assert reload.source == f"{FILE}:{line_of('read-a')}"
+    assert save.bytes == reload.bytes == TILE_BYTES
+
+
+def test_the_spilled_read_waits_for_a_save_and_a_refill_timed_by_the_dma_constants(
+    spilled: nkisim.RunResult, fitting: nkisim.RunResult
+) -> None:
+    # Each transfer: the fixed DMA latency, then 1 MiB over all 16 engines (128 partitions, 8 per
+    # engine) at 23 B/ns each = 368 B/ns, capped by trn2's HBM at 362.5 B/ns; 8192 contiguous
+    # bytes per partition reach the full rate (payload curve: 1.0 from 4096 bytes).
+    dma, sync = HW.dma, HW.sync.semaphore_latency_ns
+    assert (dma.fixed_latency_ns, dma.bytes_per_ns_per_engine, dma.engines) == (1300.0, 23.0, 16)
+    assert HW.hbm.bandwidth_bytes_per_ns == 362.5 and dma.payload_efficiency[-1] == (4096, 1.0)
+    transfer = 1300.0 + TILE_BYTES / 362.5
+    copy = next(r for r in spilled.profile.instructions if r.opcode == "dma_copy")
+    (save,) = records(spilled, "spill_save")
+    (reload,) = records(spilled, "spill_reload")
+    (read,) = records(spilled, "tensor_scalar")
+    assert save.start_ns == pytest.approx(copy.end_ns + sync)  # after the write, through a semaphore
+    assert save.duration_ns == pytest.approx(transfer)
+    assert reload.start_ns == pytest.approx(save.end_ns)  # the same queue: in order, no semaphore
+    assert reload.duration_ns == pytest.approx(transfer)
+    assert read.start_ns == pytest.approx(reload.end_ns + sync)
+    # the same kernel with room for a: the read starts a semaphore after the copy
+    (fit_read,) = records(fitting, "tensor_scalar")
+    fit_copy = next(r for r in fitting.profile.instructions if r.opcode == "dma_copy")
+    assert fit_read.start_ns == pytest.approx(fit_copy.end_ns + sync)
+    assert copy.source == fit_copy.source == f"{FILE}:{line_of('write-a')}"
+    assert copy.end_ns == pytest.approx(fit_copy.end_ns)
+    assert read.start_ns - fit_read.start_ns == pytest.approx(2 * transfer + sync)
+    assert spilled.profile.total_ns > fitting.profile.total_ns
+
+
+def test_a_kernel_that_fits_has_no_spill(fitting: nkisim.RunResult, x: np.ndarray) -> None:
+    np.testing.assert_array_equal(fitting.outputs, 2 * x)
+    profile = fitting.profile
+    assert profile.spill_save_bytes == profile.spill_reload_bytes == 0
+    assert "DMA spill" not in profile.timeline.tracks
+    assert not [d for d in profile.diagnostics if d.check == "spill"]
+    assert "spill" not in profile.summary()
+
+
+def test_a_kernel_that_must_fit_still_raises(x: np.ndarray) -> None:
+    kernel = nki.jit(make_kernel(SPILLS), spill=False)
+    with pytest.raises(CapacityError) as info:
+        nkisim.run(kernel, [x], target=TARGET)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(f"{FILE}:{line_of('alloc-a')}: SBUF is full: cannot allocate 8192 bytes per partition")
+    assert f"{CAPACITY - 4096} of {CAPACITY} bytes per partition in use, 4096 free;" in first
+    assert "unless the kernel forbids it (nki.jit(spill=False)); tiles placed with address= never spill" in first
+
+
+def test_an_explicitly_placed_tile_that_does_not_fit_still_raises(x: np.ndarray) -> None:
+    def kernel(x):
+        nl.ndarray((128, COLS), nl.float32, buffer=nl.sbuf, address=(0, CAPACITY - 4096))  # @placed
+
+    with pytest.raises(CapacityError) as info:
+        nkisim.run(kernel, [x], target=TARGET)
+    assert str(info.value) == (
+        f"{FILE}:{line_of('placed')}: nl.ndarray: 8192 bytes per partition from byte {CAPACITY - 4096} exceed the "
+        f"{CAPACITY} bytes of a SBUF partition"
+    )
+
+
+def test_psum_tiles_do_not_spill() -> None:
+    # trn2 PSUM: 16 KiB per partition; a float32[128, 512] tile is one 2 KiB bank, so 8 fit.
+    def kernel():
+        tiles = []
+        for _ in range(HW.psum.bytes_per_partition // 2048 + 1):
+            tile = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)  # @psum
+            nisa.memset(dst=tile, value=0.0)
+            tiles.append(tile)
+        for tile in tiles:
+            nisa.memset(dst=tile, value=1.0)
+
+    pattern = rf"^{re.escape(FILE)}:{line_of('psum')}: PSUM is full: .* PSUM tiles are not spilled"
+    with pytest.raises(CapacityError, match=pattern):
+        nkisim.run(kernel, [], target=TARGET)
