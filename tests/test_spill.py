@@ -203,3 +203,13 @@ def test_psum_tiles_do_not_spill() -> None:
     pattern = rf"^{re.escape(FILE)}:{line_of('psum')}: PSUM is full: .* PSUM tiles are not spilled"
     with pytest.raises(CapacityError, match=pattern):
         nkisim.run(kernel, [], target=TARGET)
+
+
+def test_a_compiled_spilling_kernel_replays_as_it_runs(x: np.ndarray, spilled: nkisim.RunResult) -> None:
+    program = nkisim.compile(make_kernel(SPILLS), [x], target=TARGET, check="warn")
+    y = np.random.default_rng(12).standard_normal((128, COLS)).astype(np.float32)
+    replayed = program([y])
+    np.testing.assert_array_equal(replayed.outputs, 2 * y)
+    assert list(replayed.profile.timeline.end_ns) == list(spilled.profile.timeline.end_ns)
+    assert replayed.profile.spill_save_bytes == replayed.profile.spill_reload_bytes == TILE_BYTES
+    assert [d.check for d in replayed.profile.diagnostics] == ["spill"]
