@@ -418,13 +418,13 @@ class Machine:
         reads: list[tuple[str, Tensor]],
         writes: list[tuple[str, Tensor]],
     ) -> None:
-        """Every on-chip operand is a tile of this core's SBUF or PSUM (not one kept from an earlier run)."""
+        """Every on-chip operand is a tile of this core's SBUF, PSUM or spill store (not kept from an earlier run)."""
         sbuf, psum = self.memory.sbuf.storage, self.memory.psum.storage
         for name, t in (*reads, *writes):
             storage = t.storage
-            if storage is sbuf or storage is psum or storage.uid in self.memory.spilled:
+            if storage is sbuf or storage is psum:
                 continue
-            if t.buffer.is_on_chip and storage.kind in ("sbuf", "psum"):
+            if t.buffer.is_on_chip and storage.kind in ("sbuf", "psum") and storage.uid not in self.memory.spilled:
                 raise OperandError(
                     f"{t.name!r} is a {t.buffer.value.upper()} tile of another run (kept from an earlier kernel run, "
                     "or another core's); on-chip tiles live only in the run that allocated them",
