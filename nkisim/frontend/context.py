@@ -77,7 +77,7 @@ class KernelContext:
                 else SharedHbmMemory(hw, launch, program_id, compute, plan)
             )
         peer = Peer(launch, program_id) if launch is not None else None
-        checker = Checker(findings, hw) if findings is not None else None
+        checker = Checker(findings, hw, values_known=compute) if findings is not None else None
         self.machine = Machine(
             hw,
             compute=compute,

@@ -519,6 +519,20 @@ class DynamicTensor(Tensor):
         check_static(self._layout, self._pairs, offset, f"scalar_offset {value} of {self!r}")
         return strided(self._layout, self._pairs, offset)
 
+    def at_current_offset(self) -> Tensor | None:
+        """The static view this ``scalar_offset`` view is at now, with its offset's current value;
+        None for a ``vector_offset`` view or an offset that leaves the allocation."""
+        if self._vector is not None:
+            return None
+        offset = self._offset + self._scalar_value() * self._stride
+        try:
+            check_static(self._layout, self._pairs, offset, "")
+        except BoundsError:
+            return None
+        base = self._layout.base
+        array = strided(self._layout, self._pairs, offset)
+        return Tensor(array, self.dtype, base.buffer, base.name, base.storage, base)
+
     def addresses(self) -> tuple[np.ndarray, np.ndarray]:
         """Every element's index into the flattened allocation, and a per-element in-bounds mask.
 

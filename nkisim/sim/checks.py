@@ -89,7 +89,7 @@ class Findings:
 class Checker:
     """The sanitizer of one core in one attempt of a run (see the module docstring)."""
 
-    def __init__(self, findings: Findings, hw: HwConfig) -> None:
+    def __init__(self, findings: Findings, hw: HwConfig, values_known: bool = True) -> None:
         self.findings = findings
         self.hw = hw
         self.target = hw.name
@@ -111,7 +111,7 @@ class Checker:
         self._carried_values = 0
         self.conversions = ConversionLog()
         #: The ``affine_range`` loops running now (the front end enters and leaves them).
-        self.loops = LoopTracker()
+        self.loops = LoopTracker(values_known)
         #: While a program is recorded (nkisim.sim.program): told of every finding that does not
         #: depend on values (all but those :meth:`converted` makes), before ``ignore_checks`` applies.
         self.on_report: Callable[[str, str, SourceLoc, str, str], None] | None = None

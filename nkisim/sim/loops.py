@@ -82,7 +82,10 @@ def _carried(earlier: tuple[LoopFrame, ...], now: tuple[LoopFrame, ...]) -> tupl
 class LoopTracker:
     """The ``affine_range`` loops running now, and the shadow maps of who wrote and read each byte."""
 
-    def __init__(self) -> None:
+    def __init__(self, values_known: bool = True) -> None:
+        #: The run computes values, so a ``scalar_offset`` view's offset can be read when it is used
+        #: (shapes-only runs count such a view as its whole allocation).
+        self.values_known = values_known
         self.frames: tuple[LoopFrame, ...] = ()
         self._instances = 0
         self._events: list[Event | None] = [None]  # event 0: not written or read in a loop
@@ -147,6 +150,8 @@ class LoopTracker:
 
         Tiles allocated in the innermost running iteration are private to it and skipped.
         """
+        if self.values_known and any(t.is_dynamic for _, t in (*reads, *writes)):
+            reads, writes = _at_current_offsets(reads), _at_current_offsets(writes)
         fresh = self.frames[-1].fresh
         if any(t.uid >= fresh for _, t in (*reads, *writes)):
             reads = [(name, t) for name, t in reads if t.uid < fresh]
@@ -350,6 +355,15 @@ def _bytes_key(t: Tensor) -> tuple[int, int, int, int, int]:
     """The storage and rectangle of ``t``'s region as a plain tuple (equal exactly when the regions are)."""
     r = t.region
     return (id(r.storage), r.r0, r.r1, r.b0, r.b1)
+
+
+def _at_current_offsets(accesses: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
+    """Each ``scalar_offset`` view replaced by the bytes it touches now (others unchanged)."""
+    out = []
+    for name, t in accesses:
+        static = t.at_current_offset() if t.is_dynamic else None  # type: ignore[attr-defined]
+        out.append((name, static if static is not None else t))
+    return out
 
 
 def _dense(t: Tensor) -> bool:

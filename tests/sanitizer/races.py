@@ -93,3 +93,16 @@ def hbm_first_column_every_iteration(a):
         nisa.tensor_reduce(dst=s, op=nl.add, data=t, axis=1)
         nisa.dma_copy(dst=out[:, 0:1], src=s)  # @hbm_first_column_every_iteration
     return out
+
+
+def runtime_offset_same_columns(a):
+    """Every iteration stores to the same columns at one run-time row offset: the rows collide."""
+    out = nl.ndarray((2 * P, F), a.dtype, buffer=nl.shared_hbm)
+    row = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=row, value=P // 2)
+    for i in nl.affine_range(a.shape[0] // P):
+        t = nl.ndarray((P, F), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[i * P : (i + 1) * P])
+        rows = out.ap(pattern=[[F, P], [1, F]], offset=0, scalar_offset=row, indirect_dim=0)
+        nisa.dma_copy(dst=rows, src=t)  # @runtime_offset_same_columns
+    return out

@@ -75,6 +75,7 @@ CASES = [
     Case(races, "scalar_overwrites_shared", "race", "error"),
     Case(races, "matmul_over_partial_read", "race", "error", MATMUL_LOOP),
     Case(races, "hbm_first_column_every_iteration", "race", "error"),
+    Case(races, "runtime_offset_same_columns", "race", "error"),
     # misuse the documentation calls undefined
     Case(misuse, "start_16_for_32_partitions", "partition-start", "error", TILE),
     Case(misuse, "start_32_for_64_partitions", "partition-start", "error", TILE),

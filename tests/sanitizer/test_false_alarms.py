@@ -319,3 +319,38 @@ def uneven_exchange(a):
 def test_sendrecv_of_a_partly_filled_tile_is_fine_when_the_receiver_uses_the_filled_rows():
     a = np.arange(40, dtype=np.float32).reshape(5, 8)
     np.testing.assert_array_equal(_strict(uneven_exchange[2], [a], "trn2").outputs, a)
+
+
+# -- stores at a run-time row offset to columns each iteration owns -----------------------------
+
+
+@nki.jit
+def runtime_row_offset_stores(a, start):
+    """``a`` [P, 2F] stored by two iterations, each to its own F columns of ``out`` [2P, 2F] at the
+    rows ``start`` (a register read at run time) names: the offsets differ by iteration only in columns."""
+    f = a.shape[1] // 2
+    out = nl.ndarray((2 * P, 2 * f), a.dtype, buffer=nl.shared_hbm)
+    row = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=start)
+    for i in nl.affine_range(2):
+        t = nl.ndarray((P, f), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[:, i * f : (i + 1) * f])
+        where = out.ap(pattern=[[2 * f, P], [1, f]], offset=i * f, scalar_offset=row, indirect_dim=0)
+        nisa.dma_copy(dst=where, src=t)  # @runtime_row_offset_stores
+    return out
+
+
+@pytest.mark.parametrize("first_row", [0, 64, 128])
+def test_iterations_storing_disjoint_columns_at_one_runtime_offset_do_not_race(first_row):
+    a = np.arange(P * 64, dtype=np.float32).reshape(P, 64)
+    out = _strict(runtime_row_offset_stores, [a, np.array([[first_row]], np.int32)], "trn2").outputs
+    np.testing.assert_array_equal(out[first_row : first_row + P], a)
+
+
+def test_a_shapes_only_profile_counts_a_runtime_offset_store_as_its_whole_tensor():
+    """Without values the offset is unknown: both iterations may write any row, which is reported."""
+    shapes = [((P, 64), np.float32), ((1, 1), np.int32)]
+    with pytest.warns(CheckWarning, match="iterations may run in any order"):
+        profile = nkisim.profile(runtime_row_offset_stores, shapes, target="trn2", check="warn")
+    [finding] = [d for d in profile.diagnostics if d.check == "race"]
+    assert finding.loc.line == _line(runtime_row_offset_stores, "@runtime_row_offset_stores")
