@@ -132,6 +132,13 @@ TRIAGE: list[tuple[str, str, str]] = [
         "nki-library commit d2ad3a5), so every test that imports it fails to collect",
     ),
     (
+        r"experimental\.subkernels\.test_topk_reduce: collection failure"
+        r"|No module named 'nkilib_src\.nkilib\.experimental\.subkernels'",
+        "suite",
+        "the test imports nkilib_src.nkilib.experimental.subkernels, a package the checkout does not contain "
+        "(nki-library commit d2ad3a5 has no src/nkilib_src/nkilib/experimental/subkernels)",
+    ),
+    (
         r"Timeout \(?>",
         "timeout",
         "the simulation exceeded the per-test time limit (--timeout); not a wrong result",

@@ -59,3 +59,8 @@ def test_whole_suite_runs_are_kept_apart_from_fast_ones_and_other_records_are_ig
     for name in ("trn3-all.json", "trn2.json", "timing.json", "trn2-all.json", "trn3.json"):
         (tmp_path / name).write_text("{}")
     assert [p.name for p in suite.recorded_runs()] == ["trn2.json", "trn2-all.json", "trn3.json", "trn3-all.json"]
+
+
+def test_a_test_file_importing_a_package_the_checkout_lacks_is_the_suites_fault():
+    row = {"id": "integration.nkilib.experimental.subkernels.test_topk_reduce", "message": "collection failure"}
+    assert suite.triage(row)[0] == "suite"
