@@ -14,7 +14,8 @@
    and Scalar instructions touching PSUM.
 6. DMA: the on-chip side's partitions choose the engines (8 partitions each; HBM to HBM:
    all 16); rate = engines x bytes_per_ns_per_engine, capped by HBM bandwidth when HBM
-   is involved, times the payload efficiency of the shortest contiguous run; each engine
+   is involved, times the payload efficiency of the shortest contiguous run (in elements,
+   counted in the bytes of the wider dtype when the copy casts); each engine
    is booked on its own calendar after the fixed latency; the transfer ends with its
    last engine.
 7. Performance modes and wide strides: tests/test_timing_modes.py.
@@ -507,6 +508,30 @@ def test_payload_efficiency_uses_the_shortest_contiguous_run_of_either_side(targ
     )
     assert short.end_ns - strided.end_ns == pytest.approx(P * 256 / (rate * 0.30), rel=REL)
     assert whole.end_ns - short.end_ns == pytest.approx(P * 4096 / (rate * 1.0), rel=REL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_casting_copy_counts_its_packets_in_the_bytes_it_is_paced_on(target):
+    hw = load_target(target)
+
+    def kernel(w8, x32):
+        # fp8 HBM rows of 896 elements, 8 of them (114688 B apart) per partition -> bf16 SBUF,
+        # contiguous over 8 x 896 x 2 = 14336 B per partition: 896 elements per packet on both
+        # sides, 896 x 2 = 1792 bf16 bytes each; paced on the bf16 side's 128 x 14336 bytes
+        nisa.dma_copy(dst=sbuf((P, 8, 896), nl.bfloat16), src=w8.ap(pattern=[[896, P], [896 * P, 8], [1, 896]]))
+        # fp32 HBM [128, 512] -> bf16 SBUF: 512 elements per packet, 512 x 4 = 2048 fp32 bytes
+        nisa.dma_copy(dst=sbuf((P, 512), nl.bfloat16), src=x32)
+
+    w8 = np.zeros((8 * P, 896), nl.float8_e4m3)
+    x32 = np.zeros((P, 512), np.float32)
+    widening, narrowing = records(kernel, [w8, x32], target=target)
+    rate = dma_rate(hw, 16)
+    assert widening.bytes == P * 8 * 896 * 2 and narrowing.bytes == P * 512 * 4
+    assert busy(widening, hw) == pytest.approx(P * 8 * 896 * 2 / (rate * payload_efficiency(hw, 1792)), rel=REL)
+    # the second waits for the first on the same 16 engines
+    assert narrowing.end_ns - widening.end_ns == pytest.approx(
+        P * 512 * 4 / (rate * payload_efficiency(hw, 2048)), rel=REL
+    )
 
 
 @pytest.mark.parametrize("target", TARGETS)
