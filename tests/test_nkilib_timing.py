@@ -59,3 +59,29 @@ def test_summary_of_records():
     assert summary["geomean"] == pytest.approx(math.exp((math.log(1.0) + math.log(0.5) + math.log(1.2)) / 3))
     assert summary["beyond_1_5x"] == 1
     assert summary["worst"][0] == ("t[2]", pytest.approx(0.5))
+
+
+def test_halves_split_by_a_hash_of_the_figure():
+    import hashlib
+
+    figures = [62157403, 51_564_336, 4296859369, 238002211, 258002211, 210306921, 1437844003, 8367215426]
+    for figure in figures:
+        expected = "validation" if hashlib.sha256(str(figure).encode()).digest()[0] % 2 else "calibration"
+        assert timing.half_of(figure) == timing.half_of(float(figure)) == expected
+    assert {timing.half_of(f) for f in figures} == {"calibration", "validation"}
+
+
+def test_summaries_of_the_halves_partition_the_records():
+    records = [
+        {"id": f"a::t[{i}]", "hardware_ps": float(figure), "nkisim_ns": figure / 1000 * (1 + i / 10)}
+        for i, figure in enumerate([62157403, 51_564_336, 4296859369, 238002211, 258002211, 210306921])
+    ]
+    halves = timing.summarise_halves(records)
+    assert halves["all"] == timing.summarise(records)
+    sizes = [halves[h]["configurations"] for h in timing.HALVES]
+    assert sum(sizes) == len(records) and all(sizes)
+    for half in timing.HALVES:
+        mine = [r for r in records if timing.half_of(r["hardware_ps"]) == half]
+        assert halves[half]["geomean"] == pytest.approx(
+            math.exp(sum(math.log(r["nkisim_ns"] * 1000 / r["hardware_ps"]) for r in mine) / len(mine))
+        )

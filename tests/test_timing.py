@@ -14,7 +14,8 @@ interval:
 * nc_transpose on Tensor: a matmul against an identity: ``max(min(64, F), P)``.
 * dma_copy: ``fixed_latency + bytes / (rate x payload_efficiency(run))``, ``rate`` the
   engines serving the on-chip partitions (8 partitions each) x ``bytes_per_ns_per_engine``,
-  capped by the HBM bandwidth, ``run`` the shortest contiguous run of either side.
+  capped by the HBM bandwidth, ``run`` the shortest contiguous run of either side (in
+  elements, in the wider dtype's bytes when the copy casts).
 * A compute result is visible ``access_latency_cycles`` after its end (Tensor: at once); a
   consumer on another engine (or DMA queue) than its producer waits one semaphore latency
   more, and one that reads the instruction just before it on its own engine pays

@@ -69,6 +69,7 @@ def dma_cost(
     side is device memory, as for a spill), and times ``efficiency``. Each
     contiguous run of the transfer is a packet; the payload-efficiency curve gives the
     share of the rate that packets of that size achieve (small ones are overhead-bound).
+    A packet's size is counted in the bytes that are paced (see ``packet_bytes``).
     """
     dma = hw.dma
     paced = nbytes if paced_bytes is None else paced_bytes
@@ -77,7 +78,7 @@ def dma_cost(
     rate = count * dma.bytes_per_ns_per_engine
     if hbm or any(v.buffer.is_hbm for v in views):
         rate = min(rate, hw.hbm.bandwidth_bytes_per_ns)
-    run = min((contiguous_run_bytes(v) for v in views), default=0)
+    run = packet_bytes(views)
     achieved = dma.efficiency(run) if run else 1.0
     return Cost(
         busy_ns=paced / (rate * achieved * efficiency),
@@ -96,6 +97,24 @@ def _engines_used(hw: HwConfig, views: tuple[Tensor, ...]) -> tuple[int, int]:
     first = min(r.r0 for r in on_chip) // per
     last = -(-max(r.r1 for r in on_chip) // per)
     return first, max(1, min(hw.dma.engines, last - first))
+
+
+def packet_bytes(views: tuple[Tensor, ...]) -> int:
+    """Bytes of one packet of a transfer between ``views``, counted on its widest dtype (0: no views).
+
+    A packet pairs a contiguous run of the source with one of the destination that holds
+    the same elements, so it is as long, in elements, as the shorter run of the two
+    sides. A copy is paced on the bytes of its wider side (``max(src, dst)`` bytes), and
+    its packets are counted in those bytes too: an fp8 -> bf16 copy in rows of 896 fp8
+    bytes writes packets of 1792 bf16 bytes. Counting the packet on the narrow side while
+    pacing the wide side's bytes would charge a cast's packet overhead twice. (The DMA
+    overview: a cast goes through fp32 inside the engine; memory on either side holds
+    only its own dtype's bytes.)
+    """
+    if not views:
+        return 0
+    widest = max(v.itemsize for v in views)
+    return min(contiguous_run_bytes(v) // v.itemsize for v in views) * widest
 
 
 def contiguous_run_bytes(t: Tensor) -> int:
@@ -156,7 +175,7 @@ def _dma_copy_validate(ops: DmaCopyOps, chk: Check) -> None:
 
 
 def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
-    """``DMA_LAT + max(src, dst bytes) / (DMA_BW x payload_efficiency(run))`` ns over the engines used (estimate)."""
+    """``DMA_LAT + max(src, dst bytes) / (DMA_BW x payload_efficiency(packet))`` ns over the engines used (estimate)."""
     if ops.dst_rmw_op is not None:
         return dma_compute_cost(hw, [nbytes(ops.dst), nbytes(ops.src)], nbytes(ops.dst))
     return dma_cost(hw, max(nbytes(ops.src), nbytes(ops.dst)), views=(ops.src, ops.dst))
