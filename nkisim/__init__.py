@@ -26,6 +26,7 @@ from nkisim.errors import (
     ShapeError,
     SourceLoc,
     TargetError,
+    UnsupportedError,
 )
 from nkisim.frontend import (
     ArraySpec,
@@ -71,6 +72,7 @@ __all__ = [
     "SweepRecord",
     "SweepTable",
     "TargetError",
+    "UnsupportedError",
     "collect_profiles",
     "ignore_checks",
     "install_nki_alias",

@@ -62,6 +62,7 @@ _NKI_ALIASES = {
     "nki_cpu_simulator.nki": "nki",
     "nki_cpu_simulator.nki.language": "nki.language",
     "nki_cpu_simulator.nki.isa": "nki.isa",
+    "nki_cpu_simulator.nki.collectives": "nki.collectives",
     "nki_cpu_simulator.nki.isa.constants": "nki.isa.constants",
     "nki_cpu_simulator.nki.typing": "nki.typing",
     "neuronxcc.nki.typing": "nki.typing",
