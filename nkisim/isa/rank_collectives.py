@@ -77,9 +77,16 @@ def _check_lists(
 
 
 def _check_memories(
-    chk: Check, srcs: Sequence[tuple[str, Tensor]], dsts: Sequence[tuple[str, Tensor]], sbuf: bool = True
+    chk: Check,
+    srcs: Sequence[tuple[str, Tensor]],
+    dsts: Sequence[tuple[str, Tensor]],
+    sbuf: bool = True,
+    coalesced: bool = True,
 ) -> None:
-    """All on HBM, or (``sbuf``) all on SBUF with one tensor per list; never PSUM, never a mix."""
+    """All on HBM, or (``sbuf``) all on SBUF; never PSUM, never a mix.
+
+    With ``coalesced``, ``srcs`` is one list of tensors moved together, which SBUF allows only one of.
+    """
     named = [*srcs, *dsts]
     name0, t0 = named[0]
     for name, t in named:
@@ -94,7 +101,7 @@ def _check_memories(
                 f"is in {t.buffer.kind.upper()} but {name0} is in {t0.buffer.kind.upper()}: "
                 "all tensors of a collective must be on HBM or all on SBUF",
             )
-    if not t0.buffer.is_hbm and len(srcs) > 1:
+    if coalesced and not t0.buffer.is_hbm and len(srcs) > 1:
         chk.fail(
             OperandError,
             srcs[0][0].split("[")[0],

@@ -153,7 +153,7 @@ def _firsts(per_channel: list[list[Any]]) -> list[Any]:
 
 def _ring_validate(chk: Check, srcs: list[Any], dsts: list[Any], src_name: str) -> None:
     """Sources and destinations all on HBM or all on SBUF; each channel's destination like its source."""
-    _check_memories(chk, _per_channel(src_name, srcs), _per_channel("dsts_by_channel", dsts))
+    _check_memories(chk, _per_channel(src_name, srcs), _per_channel("dsts_by_channel", dsts), coalesced=False)
     _check_dtypes(chk, srcs, dsts, "dsts_by_channel")
     for c, (src, dst) in enumerate(zip(srcs, dsts)):
         if src.shape != dst.shape:
