@@ -47,7 +47,7 @@ PRIORITIES = range(4)
 Group = Annotated[ReplicaGroup, BeforeValidator(as_replica_group)]
 
 
-def _register(name: str, operands: type[Operands], cost: Any, **hooks: Any) -> Callable[[Any], Any]:
+def register_collective(name: str, operands: type[Operands], cost: Any, **hooks: Any) -> Callable[[Any], Any]:
     return instruction(
         name,
         operands,
@@ -76,7 +76,7 @@ def _check_lists(
         chk.fail(OperandError, dst_name, f"has {len(dsts)} tensors but {src_name} has {len(srcs)}; give one per src")
 
 
-def _check_memories(
+def check_memories(
     chk: Check,
     srcs: Sequence[tuple[str, Tensor]],
     dsts: Sequence[tuple[str, Tensor]],
@@ -109,7 +109,7 @@ def _check_memories(
         )
 
 
-def _check_dtypes(chk: Check, srcs: Sequence[Tensor], dsts: Sequence[Tensor], dst_name: str = "dsts") -> None:
+def check_dtypes(chk: Check, srcs: Sequence[Tensor], dsts: Sequence[Tensor], dst_name: str = "dsts") -> None:
     for i, (src, dst) in enumerate(zip(srcs, dsts)):
         if src.dtype != dst.dtype:
             chk.fail(
@@ -119,17 +119,17 @@ def _check_dtypes(chk: Check, srcs: Sequence[Tensor], dsts: Sequence[Tensor], ds
             )
 
 
-def _check_priority(chk: Check, priority: int | None) -> None:
+def check_priority(chk: Check, priority: int | None) -> None:
     if priority is not None and priority not in PRIORITIES:
         chk.fail(OperandError, "priority", f"{priority} must be 0 to 3 (0 is the highest)")
 
 
-def _check_op(chk: Check, op: Op) -> None:
+def check_op(chk: Check, op: Op) -> None:
     if op.name not in REDUCE_OPS:
         chk.fail(OperandError, "op", f"{op!r} is not a collective reduction (nl.add, nl.minimum or nl.maximum)")
 
 
-def _rank_list(chk: Check, group: ReplicaGroup, peer: Peer | None) -> tuple[int, ...]:
+def rank_list_of(chk: Check, group: ReplicaGroup, peer: Peer | None) -> tuple[int, ...]:
     """The rank list of this rank; the replica group must fit the launch."""
     rank, world = (peer.rank, peer.num_ranks) if peer is not None else (0, 1)
     beyond = [r for r in group.ranks if r >= world]
@@ -146,14 +146,16 @@ def _rank_list(chk: Check, group: ReplicaGroup, peer: Peer | None) -> tuple[int,
     return ranks
 
 
-def _meet(peer: Peer | None, chk: Check, ranks: tuple[int, ...], payload: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def meet_ranks(
+    peer: Peer | None, chk: Check, ranks: tuple[int, ...], payload: tuple[Any, ...]
+) -> list[tuple[Any, ...]]:
     """Every rank's payload, in the order of ``ranks``; a replica group on one rank meets nobody."""
     if peer is None:
         return [payload]
     return peer.exchange_ranks(ranks, (f"ncc.{chk.instruction}",), payload, chk.loc)
 
 
-def _same_everywhere(
+def same_everywhere(
     chk: Check, ranks: tuple[int, ...], mine: int, payloads: list[tuple[Any, ...]], index: int, what: str
 ) -> None:
     """Field ``index`` of every payload equals this rank's (shapes, dtypes, the replica group, ...)."""
@@ -165,15 +167,15 @@ def _same_everywhere(
             )
 
 
-def _signature(tensors: Sequence[Tensor]) -> list[str]:
+def signature(tensors: Sequence[Tensor]) -> list[str]:
     return [_shown(t) for t in tensors]
 
 
-def _values(tensors: Sequence[Tensor], compute: bool) -> list[np.ndarray] | None:
+def copies(tensors: Sequence[Tensor], compute: bool) -> list[np.ndarray] | None:
     return [t.array.copy() for t in tensors] if compute else None
 
 
-def _reduce(op: Op, arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+def reduce_ranks(op: Op, arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
     """``op`` over the ranks' values in rank-list order: float32 arithmetic for floats, int64 for integers."""
     work = np.int64 if np.dtype(dtype).kind in "iu" else np.float32
     assert op.binary is not None
@@ -183,11 +185,11 @@ def _reduce(op: Op, arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray
     return cast(np.asarray(total), dtype)
 
 
-def _largest_list(group: ReplicaGroup) -> int:
+def largest_list(group: ReplicaGroup) -> int:
     return max(len(ranks) for ranks in group.rank_lists)
 
 
-def _nbytes(tensors: Sequence[Tensor]) -> int:
+def nbytes_of(tensors: Sequence[Tensor]) -> int:
     return sum(t.size * t.itemsize for t in tensors)
 
 
@@ -204,35 +206,35 @@ class AllReduceOps(Operands):
 
 def _all_reduce_validate(ops: AllReduceOps, chk: Check) -> None:
     _check_lists(chk, ops.srcs, ops.dsts)
-    _check_memories(chk, _named("srcs", ops.srcs), _named("dsts", ops.dsts))
-    _check_dtypes(chk, ops.srcs, ops.dsts)
+    check_memories(chk, named("srcs", ops.srcs), named("dsts", ops.dsts))
+    check_dtypes(chk, ops.srcs, ops.dsts)
     for i, (src, dst) in enumerate(zip(ops.srcs, ops.dsts)):
         if src.shape != dst.shape:
             chk.fail(ShapeError, f"dsts[{i}]", f"shape {list(dst.shape)} differs from srcs[{i}] {list(src.shape)}")
-    _check_op(chk, ops.op)
-    _check_priority(chk, ops.priority)
+    check_op(chk, ops.op)
+    check_priority(chk, ops.priority)
 
 
 def _all_reduce_cost(ops: AllReduceOps, hw: HwConfig, engine: Engine) -> Cost:
     """``2 * ((n - 1) / n * B / link_bytes_per_ns + (n - 1) * hop_latency_ns)`` ns, B = src bytes (ring)."""
-    return ring_cost(hw, _largest_list(ops.replica_group), _nbytes(ops.srcs), passes=2)
+    return ring_cost(hw, largest_list(ops.replica_group), nbytes_of(ops.srcs), passes=2)
 
 
 def _all_reduce_synchronise(
     ops: AllReduceOps, peer: Peer | None, arrival: float, cost: Cost, compute: bool, chk: Check
 ) -> tuple[float, Cost]:
-    ranks = _rank_list(chk, ops.replica_group, peer)
+    ranks = rank_list_of(chk, ops.replica_group, peer)
     mine = peer.rank if peer is not None else 0
-    payloads = _meet(peer, chk, ranks, (arrival, _signature(ops.srcs), ops.op.name, _values(ops.srcs, compute)))
-    _same_everywhere(chk, ranks, mine, payloads, 1, "srcs")
-    _same_everywhere(chk, ranks, mine, payloads, 2, "op")
+    payloads = meet_ranks(peer, chk, ranks, (arrival, signature(ops.srcs), ops.op.name, copies(ops.srcs, compute)))
+    same_everywhere(chk, ranks, mine, payloads, 1, "srcs")
+    same_everywhere(chk, ranks, mine, payloads, 2, "op")
     if compute:
         for i, dst in enumerate(ops.dsts):
-            dst.array[...] = _reduce(ops.op, [p[3][i] for p in payloads], dst.dtype).reshape(dst.shape)
-    return max(p[0] for p in payloads), ring_cost(chk.hw, len(ranks), _nbytes(ops.srcs), passes=2)
+            dst.array[...] = reduce_ranks(ops.op, [p[3][i] for p in payloads], dst.dtype).reshape(dst.shape)
+    return max(p[0] for p in payloads), ring_cost(chk.hw, len(ranks), nbytes_of(ops.srcs), passes=2)
 
 
-@_register(
+@register_collective(
     "all_reduce",
     AllReduceOps,
     _all_reduce_cost,
@@ -244,7 +246,7 @@ def all_reduce(ops: AllReduceOps, state: EngineState) -> None:
     """Every rank's ``dsts[i]`` = ``op`` over the ``srcs[i]`` of all ranks in its rank list."""
 
 
-def _named(name: str, tensors: Sequence[Tensor]) -> list[tuple[str, Tensor]]:
+def named(name: str, tensors: Sequence[Tensor]) -> list[tuple[str, Tensor]]:
     return [(f"{name}[{i}]", t) for i, t in enumerate(tensors)]
 
 
@@ -274,10 +276,10 @@ def _check_dim(chk: Check, dim: int, tensors: Sequence[Tensor], sbuf_dims: tuple
 
 def _all_gather_validate(ops: AllGatherOps, chk: Check) -> None:
     _check_lists(chk, ops.srcs, ops.dsts)
-    _check_memories(chk, _named("srcs", ops.srcs), _named("dsts", ops.dsts))
-    _check_dtypes(chk, ops.srcs, ops.dsts)
+    check_memories(chk, named("srcs", ops.srcs), named("dsts", ops.dsts))
+    check_dtypes(chk, ops.srcs, ops.dsts)
     _check_dim(chk, ops.collective_dim, [*ops.srcs, *ops.dsts])
-    _check_priority(chk, ops.priority)
+    check_priority(chk, ops.priority)
 
 
 def _check_joined(chk: Check, dim: int, n: int, parts: Sequence[Tensor], wholes: Sequence[Tensor], name: str) -> None:
@@ -297,26 +299,26 @@ def _check_joined(chk: Check, dim: int, n: int, parts: Sequence[Tensor], wholes:
 
 def _all_gather_cost(ops: AllGatherOps, hw: HwConfig, engine: Engine) -> Cost:
     """``(n - 1) / n * B / link_bytes_per_ns + (n - 1) * hop_latency_ns`` ns, B = dst bytes (ring)."""
-    return ring_cost(hw, _largest_list(ops.replica_group), _nbytes(ops.dsts))
+    return ring_cost(hw, largest_list(ops.replica_group), nbytes_of(ops.dsts))
 
 
 def _all_gather_synchronise(
     ops: AllGatherOps, peer: Peer | None, arrival: float, cost: Cost, compute: bool, chk: Check
 ) -> tuple[float, Cost]:
-    ranks = _rank_list(chk, ops.replica_group, peer)
+    ranks = rank_list_of(chk, ops.replica_group, peer)
     mine = peer.rank if peer is not None else 0
     dim = ops.collective_dim
     _check_joined(chk, dim, len(ranks), ops.srcs, ops.dsts, "dsts")
-    payloads = _meet(peer, chk, ranks, (arrival, _signature(ops.srcs), dim, _values(ops.srcs, compute)))
-    _same_everywhere(chk, ranks, mine, payloads, 1, "srcs")
-    _same_everywhere(chk, ranks, mine, payloads, 2, "collective_dim")
+    payloads = meet_ranks(peer, chk, ranks, (arrival, signature(ops.srcs), dim, copies(ops.srcs, compute)))
+    same_everywhere(chk, ranks, mine, payloads, 1, "srcs")
+    same_everywhere(chk, ranks, mine, payloads, 2, "collective_dim")
     if compute:
         for i, dst in enumerate(ops.dsts):
             dst.array[...] = np.concatenate([p[3][i] for p in payloads], axis=dim)
-    return max(p[0] for p in payloads), ring_cost(chk.hw, len(ranks), _nbytes(ops.dsts))
+    return max(p[0] for p in payloads), ring_cost(chk.hw, len(ranks), nbytes_of(ops.dsts))
 
 
-@_register(
+@register_collective(
     "all_gather",
     AllGatherOps,
     _all_gather_cost,
@@ -342,38 +344,38 @@ class ReduceScatterOps(Operands):
 
 def _reduce_scatter_validate(ops: ReduceScatterOps, chk: Check) -> None:
     _check_lists(chk, ops.srcs, ops.dsts)
-    _check_memories(chk, _named("srcs", ops.srcs), _named("dsts", ops.dsts))
-    _check_dtypes(chk, ops.srcs, ops.dsts)
+    check_memories(chk, named("srcs", ops.srcs), named("dsts", ops.dsts))
+    check_dtypes(chk, ops.srcs, ops.dsts)
     _check_dim(chk, ops.collective_dim, [*ops.srcs, *ops.dsts], sbuf_dims=(0,))
-    _check_op(chk, ops.op)
-    _check_priority(chk, ops.priority)
+    check_op(chk, ops.op)
+    check_priority(chk, ops.priority)
 
 
 def _reduce_scatter_cost(ops: ReduceScatterOps, hw: HwConfig, engine: Engine) -> Cost:
     """``(n - 1) / n * B / link_bytes_per_ns + (n - 1) * hop_latency_ns`` ns, B = src bytes (ring)."""
-    return ring_cost(hw, _largest_list(ops.replica_group), _nbytes(ops.srcs))
+    return ring_cost(hw, largest_list(ops.replica_group), nbytes_of(ops.srcs))
 
 
 def _reduce_scatter_synchronise(
     ops: ReduceScatterOps, peer: Peer | None, arrival: float, cost: Cost, compute: bool, chk: Check
 ) -> tuple[float, Cost]:
-    ranks = _rank_list(chk, ops.replica_group, peer)
+    ranks = rank_list_of(chk, ops.replica_group, peer)
     mine = peer.rank if peer is not None else 0
     dim = ops.collective_dim
     _check_joined(chk, dim, len(ranks), ops.dsts, ops.srcs, "srcs")
-    sent = (arrival, _signature(ops.srcs), dim, ops.op.name, _values(ops.srcs, compute))
-    payloads = _meet(peer, chk, ranks, sent)
+    sent = (arrival, signature(ops.srcs), dim, ops.op.name, copies(ops.srcs, compute))
+    payloads = meet_ranks(peer, chk, ranks, sent)
     for index, what in ((1, "srcs"), (2, "collective_dim"), (3, "op")):
-        _same_everywhere(chk, ranks, mine, payloads, index, what)
+        same_everywhere(chk, ranks, mine, payloads, index, what)
     if compute:
         position = ranks.index(mine)
         for i, dst in enumerate(ops.dsts):
-            total = _reduce(ops.op, [p[4][i] for p in payloads], dst.dtype)
+            total = reduce_ranks(ops.op, [p[4][i] for p in payloads], dst.dtype)
             dst.array[...] = np.split(total, len(ranks), axis=dim)[position]
-    return max(p[0] for p in payloads), ring_cost(chk.hw, len(ranks), _nbytes(ops.srcs))
+    return max(p[0] for p in payloads), ring_cost(chk.hw, len(ranks), nbytes_of(ops.srcs))
 
 
-@_register(
+@register_collective(
     "reduce_scatter",
     ReduceScatterOps,
     _reduce_scatter_cost,
@@ -398,41 +400,41 @@ class AllToAllOps(Operands):
 
 def _all_to_all_validate(ops: AllToAllOps, chk: Check) -> None:
     _check_lists(chk, ops.srcs, ops.dsts)
-    _check_memories(chk, _named("srcs", ops.srcs), _named("dsts", ops.dsts), sbuf=False)
-    _check_dtypes(chk, ops.srcs, ops.dsts)
+    check_memories(chk, named("srcs", ops.srcs), named("dsts", ops.dsts), sbuf=False)
+    check_dtypes(chk, ops.srcs, ops.dsts)
     _check_dim(chk, ops.collective_dim, [*ops.srcs, *ops.dsts])
     for i, (src, dst) in enumerate(zip(ops.srcs, ops.dsts)):
         if src.shape != dst.shape:
             chk.fail(ShapeError, f"dsts[{i}]", f"shape {list(dst.shape)} differs from srcs[{i}] {list(src.shape)}")
-    _check_priority(chk, ops.priority)
+    check_priority(chk, ops.priority)
 
 
 def _all_to_all_cost(ops: AllToAllOps, hw: HwConfig, engine: Engine) -> Cost:
     """``(n - 1) / n * B / link_bytes_per_ns + (n - 1) * hop_latency_ns`` ns, B = src bytes (estimate)."""
-    return ring_cost(hw, _largest_list(ops.replica_group), _nbytes(ops.srcs))
+    return ring_cost(hw, largest_list(ops.replica_group), nbytes_of(ops.srcs))
 
 
 def _all_to_all_synchronise(
     ops: AllToAllOps, peer: Peer | None, arrival: float, cost: Cost, compute: bool, chk: Check
 ) -> tuple[float, Cost]:
-    ranks = _rank_list(chk, ops.replica_group, peer)
+    ranks = rank_list_of(chk, ops.replica_group, peer)
     mine = peer.rank if peer is not None else 0
     n, dim = len(ranks), ops.collective_dim
     for i, src in enumerate(ops.srcs):
         if src.shape[dim] % n:
             chk.fail(ShapeError, f"srcs[{i}]", f"dim {dim} ({src.shape[dim]}) does not split into {n} equal parts")
-    payloads = _meet(peer, chk, ranks, (arrival, _signature(ops.srcs), dim, _values(ops.srcs, compute)))
-    _same_everywhere(chk, ranks, mine, payloads, 1, "srcs")
-    _same_everywhere(chk, ranks, mine, payloads, 2, "collective_dim")
+    payloads = meet_ranks(peer, chk, ranks, (arrival, signature(ops.srcs), dim, copies(ops.srcs, compute)))
+    same_everywhere(chk, ranks, mine, payloads, 1, "srcs")
+    same_everywhere(chk, ranks, mine, payloads, 2, "collective_dim")
     if compute:
         position = ranks.index(mine)
         for i, dst in enumerate(ops.dsts):
             parts = [np.split(p[3][i], n, axis=dim)[position] for p in payloads]
             dst.array[...] = np.concatenate(parts, axis=dim)
-    return max(p[0] for p in payloads), ring_cost(chk.hw, n, _nbytes(ops.srcs))
+    return max(p[0] for p in payloads), ring_cost(chk.hw, n, nbytes_of(ops.srcs))
 
 
-@_register(
+@register_collective(
     "all_to_all",
     AllToAllOps,
     _all_to_all_cost,

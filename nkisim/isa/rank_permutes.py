@@ -24,20 +24,20 @@ from nkisim.hw import Engine, HwConfig
 from nkisim.isa.ops import Op
 from nkisim.isa.rank_collectives import (
     Group,
-    _check_dtypes,
-    _check_memories,
-    _check_op,
-    _check_priority,
-    _largest_list,
-    _meet,
-    _named,
-    _nbytes,
-    _rank_list,
-    _reduce,
-    _register,
-    _same_everywhere,
-    _signature,
-    _values,
+    check_dtypes,
+    check_memories,
+    check_op,
+    check_priority,
+    copies,
+    largest_list,
+    meet_ranks,
+    named,
+    nbytes_of,
+    rank_list_of,
+    reduce_ranks,
+    register_collective,
+    same_everywhere,
+    signature,
 )
 from nkisim.isa.replica_group import hop_cost
 from nkisim.isa.spec import Check, Cost, EngineState, InList, InLists, Operands, OutList, OutLists, Peer
@@ -56,8 +56,8 @@ def _permute_validate(ops: CollectivePermuteOps, chk: Check) -> None:
     for name, tensors in (("srcs", ops.srcs), ("dsts", ops.dsts)):
         if len(tensors) != 1:
             chk.fail(OperandError, name, f"holds {len(tensors)} tensors; collective_permute takes exactly one")
-    _check_memories(chk, _named("srcs", ops.srcs), _named("dsts", ops.dsts), sbuf=False)
-    _check_dtypes(chk, ops.srcs, ops.dsts)
+    check_memories(chk, named("srcs", ops.srcs), named("dsts", ops.dsts), sbuf=False)
+    check_dtypes(chk, ops.srcs, ops.dsts)
     if ops.srcs[0].shape != ops.dsts[0].shape:
         chk.fail(
             ShapeError, "dsts[0]", f"shape {list(ops.dsts[0].shape)} differs from srcs[0] {list(ops.srcs[0].shape)}"
@@ -73,12 +73,12 @@ def _permute_validate(ops: CollectivePermuteOps, chk: Check) -> None:
                 f"rank {target} is the target of both {targets[target]} and {source}; a rank receives from one source",
             )
         targets[target] = source
-    _check_priority(chk, ops.priority)
+    check_priority(chk, ops.priority)
 
 
 def _permute_cost(ops: CollectivePermuteOps, hw: HwConfig, engine: Engine) -> Cost:
     """``B / link_bytes_per_ns + hop_latency_ns`` ns, B = src bytes: one hop to the target (estimate)."""
-    return hop_cost(hw, 2, _nbytes(ops.srcs))
+    return hop_cost(hw, 2, nbytes_of(ops.srcs))
 
 
 def _permute_synchronise(
@@ -94,19 +94,19 @@ def _permute_synchronise(
             f"names rank {beyond[0]}, but the kernel runs on {world} rank{'s' * (world != 1)}",
         )
     ranks = tuple(range(world))
-    payloads = _meet(peer, chk, ranks, (arrival, _signature(ops.srcs), sorted(pairs), _values(ops.srcs, compute)))
-    _same_everywhere(chk, ranks, rank, payloads, 2, "source_target_pairs")
+    payloads = meet_ranks(peer, chk, ranks, (arrival, signature(ops.srcs), sorted(pairs), copies(ops.srcs, compute)))
+    same_everywhere(chk, ranks, rank, payloads, 2, "source_target_pairs")
     source = next((s for s, t in pairs if t == rank), None)
     if source is not None:
         sent = payloads[source]
-        if sent[1] != _signature(ops.dsts):
-            chk.fail(ShapeError, "dsts[0]", f"is {_signature(ops.dsts)[0]} but rank {source} sends {sent[1][0]}")
+        if sent[1] != signature(ops.dsts):
+            chk.fail(ShapeError, "dsts[0]", f"is {signature(ops.dsts)[0]} but rank {source} sends {sent[1][0]}")
         if compute:
             ops.dsts[0].array[...] = sent[3][0]
-    return max(p[0] for p in payloads), hop_cost(chk.hw, 2, _nbytes(ops.srcs))
+    return max(p[0] for p in payloads), hop_cost(chk.hw, 2, nbytes_of(ops.srcs))
 
 
-@_register(
+@register_collective(
     "collective_permute",
     CollectivePermuteOps,
     _permute_cost,
@@ -153,8 +153,8 @@ def _firsts(per_channel: list[list[Any]]) -> list[Any]:
 
 def _ring_validate(chk: Check, srcs: list[Any], dsts: list[Any], src_name: str) -> None:
     """Sources and destinations all on HBM or all on SBUF; each channel's destination like its source."""
-    _check_memories(chk, _per_channel(src_name, srcs), _per_channel("dsts_by_channel", dsts), coalesced=False)
-    _check_dtypes(chk, srcs, dsts, "dsts_by_channel")
+    check_memories(chk, _per_channel(src_name, srcs), _per_channel("dsts_by_channel", dsts), coalesced=False)
+    check_dtypes(chk, srcs, dsts, "dsts_by_channel")
     for c, (src, dst) in enumerate(zip(srcs, dsts)):
         if src.shape != dst.shape:
             chk.fail(
@@ -172,11 +172,11 @@ def _ring_step(
     chk: Check, peer: Peer | None, group: Any, arrival: float, sent: list[Any] | None, dsts: list[Any], extra: Any
 ) -> tuple[float, Cost]:
     """Send ``sent`` (one array per channel) to this rank's successor; write the predecessor's into ``dsts``."""
-    ranks = _rank_list(chk, group, peer)
+    ranks = rank_list_of(chk, group, peer)
     mine = peer.rank if peer is not None else 0
-    payloads = _meet(peer, chk, ranks, (arrival, _signature(dsts), extra, sent))
-    _same_everywhere(chk, ranks, mine, payloads, 1, "dsts_by_channel")
-    _same_everywhere(chk, ranks, mine, payloads, 2, "channel_ids and op")
+    payloads = meet_ranks(peer, chk, ranks, (arrival, signature(dsts), extra, sent))
+    same_everywhere(chk, ranks, mine, payloads, 1, "dsts_by_channel")
+    same_everywhere(chk, ranks, mine, payloads, 2, "channel_ids and op")
     predecessor = payloads[(ranks.index(mine) - 1) % len(ranks)]
     if sent is not None:
         for dst, values in zip(dsts, predecessor[3]):
@@ -198,23 +198,23 @@ def _implicit_validate(ops: PermuteImplicitOps, chk: Check) -> None:
         chk, [("srcs_by_channel", ops.srcs_by_channel), ("dsts_by_channel", ops.dsts_by_channel)], ops.channel_ids
     )
     _ring_validate(chk, _firsts(ops.srcs_by_channel), _firsts(ops.dsts_by_channel), "srcs_by_channel")
-    _check_priority(chk, ops.priority)
+    check_priority(chk, ops.priority)
 
 
 def _implicit_cost(ops: PermuteImplicitOps, hw: HwConfig, engine: Engine) -> Cost:
     """``B / link_bytes_per_ns + hop_latency_ns`` ns, B = the largest channel's bytes (channels at once)."""
     largest = max(t.size * t.itemsize for t in _firsts(ops.srcs_by_channel))
-    return hop_cost(hw, _largest_list(ops.replica_group), largest)
+    return hop_cost(hw, largest_list(ops.replica_group), largest)
 
 
 def _implicit_synchronise(
     ops: PermuteImplicitOps, peer: Peer | None, arrival: float, cost: Cost, compute: bool, chk: Check
 ) -> tuple[float, Cost]:
-    sent = _values(_firsts(ops.srcs_by_channel), compute)
+    sent = copies(_firsts(ops.srcs_by_channel), compute)
     return _ring_step(chk, peer, ops.replica_group, arrival, sent, _firsts(ops.dsts_by_channel), list(ops.channel_ids))
 
 
-@_register(
+@register_collective(
     "collective_permute_implicit",
     PermuteImplicitOps,
     _implicit_cost,
@@ -246,14 +246,14 @@ def _implicit_reduce_validate(ops: PermuteImplicitReduceOps, chk: Check) -> None
     dsts = _firsts(ops.dsts_by_channel)
     _ring_validate(chk, _firsts(ops.srcs0_by_channel), dsts, "srcs0_by_channel")
     _ring_validate(chk, _firsts(ops.srcs1_by_channel), dsts, "srcs1_by_channel")
-    _check_op(chk, ops.op)
-    _check_priority(chk, ops.priority)
+    check_op(chk, ops.op)
+    check_priority(chk, ops.priority)
 
 
 def _implicit_reduce_cost(ops: PermuteImplicitReduceOps, hw: HwConfig, engine: Engine) -> Cost:
     """``B / link_bytes_per_ns + hop_latency_ns`` ns, B = the largest channel's bytes (the reduction is in line)."""
     largest = max(t.size * t.itemsize for t in _firsts(ops.dsts_by_channel))
-    return hop_cost(hw, _largest_list(ops.replica_group), largest)
+    return hop_cost(hw, largest_list(ops.replica_group), largest)
 
 
 def _implicit_reduce_synchronise(
@@ -263,12 +263,12 @@ def _implicit_reduce_synchronise(
     sent = None
     if compute:
         pairs = zip(_firsts(ops.srcs0_by_channel), _firsts(ops.srcs1_by_channel), dsts)
-        sent = [_reduce(ops.op, [a.array, b.array], d.dtype) for a, b, d in pairs]
+        sent = [reduce_ranks(ops.op, [a.array, b.array], d.dtype) for a, b, d in pairs]
     extra = (list(ops.channel_ids), ops.op.name)
     return _ring_step(chk, peer, ops.replica_group, arrival, sent, dsts, extra)
 
 
-@_register(
+@register_collective(
     "collective_permute_implicit_reduce",
     PermuteImplicitReduceOps,
     _implicit_reduce_cost,

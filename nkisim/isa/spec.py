@@ -179,13 +179,25 @@ ExtraAccesses = Callable[[Any], tuple[list[Region], list[Region]]]
 
 
 class Peer(Protocol):
-    """The other cores of a multi-core launch, as a synchronising instruction sees them."""
+    """The other programs of a multi-program launch, as a synchronising instruction sees them.
+
+    ``program_id`` is the core within its rank (``num_programs`` cores, the LNC size);
+    ``rank`` is the rank within ``num_ranks`` (``nkisim.run(..., ranks=N)``).
+    """
 
     program_id: int
     num_programs: int
+    rank: int
+    num_ranks: int
 
     def exchange(self, key: tuple[Any, ...], payload: Any, loc: SourceLoc | None) -> list[Any]:
-        """Block until every core reaches ``key``; their payloads, by program id."""
+        """Block until every core of this rank reaches ``key``; their payloads, by core."""
+        ...
+
+    def exchange_ranks(
+        self, ranks: tuple[int, ...], key: tuple[Any, ...], payload: Any, loc: SourceLoc | None
+    ) -> list[Any]:
+        """Block until this core of every rank in ``ranks`` reaches ``key``; their payloads, in ``ranks`` order."""
         ...
 
 
