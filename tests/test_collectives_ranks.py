@@ -406,3 +406,18 @@ def test_trn1_has_no_collectives():
 def test_ranks_needs_one_input_set_per_rank():
     with pytest.raises(ValueError, match="ranks=2 but inputs holds 3"):
         nkisim.run(reduce_all, [[], [], []], ranks=2, target="trn2")
+
+
+def test_a_collective_returns_its_instruction_handle():
+    seen = []
+
+    @nki.jit
+    def kernel(x):
+        src, dst = hbm(x.shape, x.dtype), hbm(x.shape, x.dtype)
+        copy = nisa.dma_copy(dst=src, src=x)
+        seen.append(ncc.all_reduce(srcs=[src], dsts=[dst], replica_group=world(1), op=nl.add).depends_on(copy))
+        return dst
+
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(nkisim.run(kernel, [x], target="trn2").outputs, x)
+    assert repr(seen[0]).startswith("<NkiInstruction ncc.all_reduce #1 at test_collectives_ranks.py:")

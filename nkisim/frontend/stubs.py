@@ -48,7 +48,7 @@ def make_stub(spec: InstructionSpec, module: str = "nkisim.nki.isa") -> Callable
         _drop_redundant_dtype(name, kwargs, loc)
         ctx = current_context()
         _reject_unknown(qualname, order, kwargs, loc, ctx.hw.name)
-        return NkiInstruction(ctx, ctx.emit(name, kwargs, loc), name, loc)
+        return NkiInstruction(ctx, ctx.emit(name, kwargs, loc), qualname, loc)
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = spec.doc
