@@ -338,6 +338,8 @@ def _simulate(
             try:
                 return attempt(None)
             except CapacityError as eager_error:
+                # the traceback holds the failed run's machines (every memory of every program): free them first
+                eager_error.__traceback__ = None
                 return _with_compiler_liveness(attempt, programs, eager_error)
         except Exception as exc:
             clear = translate(exc, _kernel_loc(kernel))
