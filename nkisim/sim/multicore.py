@@ -64,7 +64,9 @@ class Launch:
         self.ranks = programs // cores
         self.returns: list[Any] = [None] * programs
         self.error: BaseException | None = None
-        self._cond = threading.Condition()
+        # one lock; a condition per program, so that passing the turn wakes only the program that takes it
+        self._lock = threading.Lock()
+        self._conds = [threading.Condition(self._lock) for _ in range(programs)]
         self._turn = 0
         self._finished = [False] * programs
         self._waiting: dict[int, _Pending] = {}
@@ -96,23 +98,27 @@ class Launch:
 
     def _program(self, pid: int, body: Callable[[], Any]) -> None:
         try:
-            with self._cond:
-                self._cond.wait_for(lambda: self._turn == pid or self.error is not None)
+            with self._lock:
+                self._conds[pid].wait_for(lambda: self._turn == pid or self.error is not None)
                 if self.error is not None:
                     return
             self.returns[pid] = body()
         except _Aborted:
             pass
         except BaseException as exc:  # re-raised by the launching thread
-            with self._cond:
+            with self._lock:
                 if self.error is None:
                     self.error = exc
-                self._cond.notify_all()
+                self._wake_all()
         finally:
             self._finish(pid)
 
+    def _wake_all(self) -> None:
+        for cond in self._conds:
+            cond.notify_all()
+
     def _finish(self, pid: int) -> None:
-        with self._cond:
+        with self._lock:
             self._finished[pid] = True
             for waiter, pending in self._waiting.items():
                 if pid in pending.group and self.error is None:
@@ -139,6 +145,7 @@ class Launch:
         other = self._next_runnable(pid)
         if other is not None:
             self._turn = other
+            self._conds[other].notify()
         elif self._waiting and self.error is None:
             waits = "; ".join(
                 f"{self.describe(w)} at {_describe(p.key)} ({p.loc})" for w, p in sorted(self._waiting.items())
@@ -148,7 +155,8 @@ class Launch:
                 f"every program waits and none can go on, the programs would deadlock: {waits}",
                 loc=self._waiting[first].loc,
             )
-        self._cond.notify_all()
+        if self.error is not None:
+            self._wake_all()
 
     def _check(self) -> None:
         if self.error is not None:
@@ -156,14 +164,14 @@ class Launch:
 
     def yield_turn(self, pid: int) -> None:
         """Let the next program that can run take its turn (one instruction at least), then continue."""
-        with self._cond:
+        with self._lock:
             self._check()
             other = self._next_runnable(pid)
             if other is None:
                 return
             self._turn = other
-            self._cond.notify_all()
-            self._cond.wait_for(lambda: self._turn == pid or self.error is not None)
+            self._conds[other].notify()
+            self._conds[pid].wait_for(lambda: self._turn == pid or self.error is not None)
             self._check()
 
     def exchange(
@@ -175,7 +183,7 @@ class Launch:
             KernelError: another program of the group waits at a different point, or has returned,
                 or every program waits (a deadlock).
         """
-        with self._cond:
+        with self._lock:
             self._check()
             here = _Pending(group, key, payload, loc)
             arrived = {pid: here}
@@ -206,7 +214,7 @@ class Launch:
                 return payloads
             self._waiting[pid] = here
             self._pass_turn(pid)
-            self._cond.wait_for(lambda: (pid in self._results and self._turn == pid) or self.error is not None)
+            self._conds[pid].wait_for(lambda: (pid in self._results and self._turn == pid) or self.error is not None)
             self._check()
             return self._results.pop(pid)
 
@@ -214,7 +222,7 @@ class Launch:
 
     def shared_tensor(self, rank: int, index: int, make: Callable[[], Tensor]) -> Tensor:
         """Rank ``rank``'s ``index``-th shared HBM tensor: made by the first of its cores to allocate it."""
-        with self._cond:
+        with self._lock:
             shared = self._shared.setdefault(rank, [])
             if index < len(shared):
                 return shared[index]
