@@ -75,11 +75,6 @@ SKIP_REASONS: list[tuple[str, str]] = [
 #: reference is broken), "timeout" (slower than --timeout). First match wins.
 TRIAGE: list[tuple[str, str, str]] = [
     (
-        r"No module named 'nki\.collectives'|experimental\.(collectives|transformer)\.test_\w+: collection failure",
-        "unmodelled",
-        "nki.collectives (multi-device collective communication, ReplicaGroup) is not modelled by nkisim",
-    ),
-    (
         r"which needs trn2 or trn3|needs NeuronCore-v3 or newer|needs \w+, which trn2 "
         r"|exceed the 196608 bytes of a SBUF partition",
         "suite",

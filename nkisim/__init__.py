@@ -32,6 +32,7 @@ from nkisim.errors import (
     SignatureError,
     SourceLoc,
     TargetError,
+    UnsupportedError,
 )
 from nkisim.frontend import (
     ArraySpec,
@@ -81,6 +82,7 @@ __all__ = [
     "SweepRecord",
     "SweepTable",
     "TargetError",
+    "UnsupportedError",
     "collect_profiles",
     "compile",
     "ignore_checks",

@@ -133,6 +133,10 @@ class TargetError(KernelError):
     """The kernel uses something the chosen hardware generation does not have."""
 
 
+class UnsupportedError(KernelError, NotImplementedError):
+    """The kernel calls an NKI function that nkisim does not model (the message says which and why)."""
+
+
 class DependencyError(KernelError):
     """A scheduling edge (``NkiInstruction.depends_on``) breaks NKI's rules or cannot be honoured."""
 

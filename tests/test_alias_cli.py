@@ -91,12 +91,15 @@ def fake_real_nki(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_alias_maps_nki_modules_to_nkisim(alias):
     import nki
+    import nki.collectives as ncc
     import nki.isa as nisa
     import nki.language as nl
+    from nki.collectives import ReplicaGroup
     from nki.isa.constants import dge_mode, reduce_cmd
     from nki.typing import tensor
 
     assert nki is nkisim.nki and nl is nkisim.nki.language and nisa is nkisim.nki.isa
+    assert ncc is nkisim.nki.collectives and ReplicaGroup is nkisim.nki.collectives.ReplicaGroup
     assert nki.simulate is nkisim.nki.simulate and nki.jit is nkisim.jit
     assert dge_mode is nisa.dge_mode and reduce_cmd is nisa.reduce_cmd
     assert repr(tensor[128, 512]) == "nki.typing.tensor[128, 512]"

@@ -78,6 +78,8 @@ PUBLISHED = {
     "hardware_dge": (False, True, True),
     # LNC=2 (two NeuronCores per logical core) is a Trainium2/Trainium3 feature [api core_barrier].
     "lnc2_collectives": (False, True, True),
+    # nki.collectives pages: "This document is relevant for: Trn2, Trn3" [api nki.collectives].
+    "replica_collectives": (False, True, True),
     # [trn1 arch] SBUF access: on NeuronCore-v2 an access of more than 64 partitions starts at 0,
     # of 33-64 at 0 or 64, of up to 32 at a multiple of 32; no such rule is published for v3/v4.
     "partition_start_quadrants": (True, False, False),

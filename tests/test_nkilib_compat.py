@@ -190,6 +190,70 @@ def test_patch_orchestrator_gives_a_compiled_kernel_default(monkeypatch: pytest.
     assert nkilib_compat.patch_orchestrator() == 0
 
 
+def gather_two(x, group):
+    import nkisim.nki.collectives as ncc
+
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.ndarray((2 * x.shape[0], x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    ncc.all_gather(srcs=[src], dsts=[dst], replica_group=group, collective_dim=0)
+    return dst
+
+
+def test_collective_tests_write_each_ranks_outputs_where_the_validator_reads(tmp_path: Path, monkeypatch):
+    """A stand-in for the suite's orchestrator: its simulator path for collective_ranks > 1 is wrapped."""
+    from nkisim.compat.nkilib_ranks import patch_collective_inference
+    from nkisim.nki.collectives import ReplicaGroup
+
+    module = types.ModuleType("fake_ranks_suite.utils.test_orchestrator")
+    module.INF_ARTIFACT_DIR_NAME = "infer"
+    module.InferenceException = type("InferenceException", (Exception,), {})
+    dumped: dict[str, dict[str, np.ndarray]] = {}
+
+    class Orchestrator:
+        fs_config = types.SimpleNamespace(artifacts_output_directory_path=str(tmp_path))
+
+        def _run_simulator_inference(self, kernel_under_test):
+            return "single rank"
+
+        def __dump_tensors__(self, directory, tensors, name_fn):
+            dumped[directory] = {name_fn(k): v for k, v in tensors.items()}
+
+    class PerRank:
+        def __init__(self, make):
+            self.make = make
+
+        def for_rank(self, rank_id):
+            return self.make(rank_id)
+
+    module.Orchestrator = Orchestrator
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setenv("NKI_NC_VERSION", "gen3")  # the wrapper sets it, as the suite's simulator path does
+    assert patch_collective_inference(lambda: "trn2") == 1
+    assert patch_collective_inference(lambda: "trn2") == 0
+    xs = [np.full((2, 3), r, np.float32) for r in range(2)]
+    group = ReplicaGroup([[0, 1]])
+
+    def test_args(ranks):
+        return types.SimpleNamespace(
+            kernel_func=gather_two,
+            kernel_input=PerRank(lambda rank_id: {"x.must_alias_input": xs[rank_id], "group": group}),
+            inference_args=types.SimpleNamespace(collective_ranks=ranks),
+            compiler_input=types.SimpleNamespace(
+                logical_nc_config=1, platform_target=types.SimpleNamespace(get_nc_gen=lambda: "gen3")
+            ),
+            validation_args=types.SimpleNamespace(
+                golden_output=PerRank(lambda rank_id: {"out": np.zeros((4, 3), np.float32)})
+            ),
+        )
+
+    assert Orchestrator()._run_simulator_inference(test_args(1)) == "single rank"
+    base = Orchestrator()._run_simulator_inference(test_args(2))
+    assert base == str(tmp_path / "infer")
+    for rank in range(2):
+        np.testing.assert_array_equal(dumped[f"{base}/output_worker_{rank}"]["out"], np.concatenate(xs))
+
+
 # -- nki.cpu_simulate -------------------------------------------------------------------
 
 

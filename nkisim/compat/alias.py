@@ -9,7 +9,7 @@
     nkisim.uninstall_nki_alias()
 
 The alias is a finder at the front of ``sys.meta_path`` that maps ``nki``,
-``nki.language``, ``nki.isa``, ``nki.isa.constants`` (NKI's enums) and
+``nki.language``, ``nki.isa``, ``nki.collectives``, ``nki.isa.constants`` (NKI's enums) and
 ``nki.typing`` to nkisim's modules, and the legacy API's ``neuronxcc.nki``,
 ``.language``, ``.isa``, ``.isa.constants``, ``.typing`` and ``.compiler`` to ``nkisim.nki.legacy``
 (docs/legacy-api.md). Both APIs can be imported in one process. It is never installed implicitly, and it
@@ -32,6 +32,7 @@ ALIASES: dict[str, str] = {
     "nki": "nkisim.nki",
     "nki.language": "nkisim.nki.language",
     "nki.isa": "nkisim.nki.isa",
+    "nki.collectives": "nkisim.nki.collectives",
 }
 #: The legacy API (``import neuronxcc.nki``, Neuron 2.26 and earlier) and nkisim's modules for it.
 LEGACY_ALIASES: dict[str, str] = {

@@ -24,6 +24,9 @@ NeuronCore generation. Its helpers import ``neuron_dtypes`` and
   are served only when the suite has no such file);
 * a work-around for the suite's ``Orchestrator._compiled_kernel`` being read
   before it is ever set in simulation mode (a class default of ``None``);
+* collective tests (``InferenceArgs(collective_ranks=N)``) run on N simulated ranks,
+  each rank's outputs written where the suite's validator reads them
+  (:mod:`nkisim.compat.nkilib_ranks`);
 * ``--nkisim-prune-artifacts``: delete each passing test's output directory (the
   suite writes every input, golden and output to disk, tens of GB per run).
 
@@ -48,6 +51,7 @@ from typing import Any
 import pytest
 
 from nkisim.compat import alias, nkilib_shims
+from nkisim.compat.nkilib_ranks import patch_collective_inference
 from nkisim.frontend.simulate import Simulated, simulate
 from nkisim.memory.dtypes import NKI_DTYPES
 
@@ -62,6 +66,7 @@ _NKI_ALIASES = {
     "nki_cpu_simulator.nki": "nki",
     "nki_cpu_simulator.nki.language": "nki.language",
     "nki_cpu_simulator.nki.isa": "nki.isa",
+    "nki_cpu_simulator.nki.collectives": "nki.collectives",
     "nki_cpu_simulator.nki.isa.constants": "nki.isa.constants",
     "nki_cpu_simulator.nki.typing": "nki.typing",
     "neuronxcc.nki.typing": "nki.typing",
@@ -368,10 +373,12 @@ def _remove_test_output(item: pytest.Item) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     patch_orchestrator()
+    patch_collective_inference(target_from_env)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     patch_orchestrator()
+    patch_collective_inference(target_from_env)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -54,6 +54,8 @@ class KernelContext:
         grid: the launch grid (``kernel[2]``: ``(2,)``; a plain call: ``()``).
         kernel_name: the traced function's qualified name, for the profile.
         prints: the run's ``nl.device_print`` log (shared by its attempts and programs).
+        rank: the program's rank in a replica-group launch (``ncc.rank_id()``); 0 otherwise.
+        num_ranks: the ranks of the launch (1 unless ``nkisim.run(..., ranks=N)``).
     """
 
     def __init__(
@@ -69,14 +71,15 @@ class KernelContext:
         prints: PrintLog | None = None,
         findings: Findings | None = None,
         memory: MemorySystem | None = None,
+        rank: int = 0,
     ) -> None:
         if memory is None:
             memory = (
                 MemorySystem(hw, poison=compute, plan=plan)
                 if launch is None
-                else SharedHbmMemory(hw, launch, program_id, compute, plan)
+                else SharedHbmMemory(hw, launch, program_id, compute, plan, rank=rank)
             )
-        peer = Peer(launch, program_id) if launch is not None else None
+        peer = Peer(launch, program_id, rank) if launch is not None else None
         checker = Checker(findings, hw, values_known=compute) if findings is not None else None
         self.machine = Machine(
             hw,
@@ -93,6 +96,8 @@ class KernelContext:
         self.prints = prints if prints is not None else PrintLog()
         self.program_id = program_id
         self.num_programs = num_programs
+        self.rank = rank
+        self.num_ranks = launch.ranks if launch is not None else 1
         self.grid = grid
         self.kernel_name = ""
         #: An instruction held back by the legacy front end until the next one is issued

@@ -44,7 +44,7 @@ class NkiInstruction:
         self._scope = ctx.dynamic_scope
 
     def __repr__(self) -> str:
-        return f"<NkiInstruction nisa.{self._opcode} #{self._index} at {self._loc}>"
+        return f"<NkiInstruction {self._opcode} #{self._index} at {self._loc}>"
 
     def depends_on(self, *producers: NkiInstruction) -> NkiInstruction:
         """Add scheduling dependencies: this instruction (the consumer) runs after each producer.
@@ -61,7 +61,7 @@ class NkiInstruction:
                 the producer ends.
         """
         loc = user_location()
-        where = f"nisa.{self._opcode}(...).depends_on"
+        where = f"{self._opcode}(...).depends_on"
         ctx = self._ctx()
         if ctx is None or not is_running() or current_context() is not ctx:
             raise DependencyError(

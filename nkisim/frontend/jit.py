@@ -32,6 +32,7 @@ from nkisim.frontend.validate import (
     check_inputs,
     check_kernel,
     check_mode,
+    check_rank_inputs,
     check_target,
     collect,
     translate,
@@ -63,7 +64,8 @@ class RunResult:
     """What a simulated kernel run gives back.
 
     Attributes:
-        outputs: what the kernel returns, with tensors as numpy arrays (an array, a tuple of them, or None).
+        outputs: what the kernel returns, with tensors as numpy arrays (an array, a tuple of them, or None);
+            with ``ranks=N``, a list of what each rank returns.
         profile: the simulated timeline and its summary.
         target: the hardware generation simulated.
     """
@@ -174,6 +176,7 @@ def run(
     check: str | None = None,
     affine_order: str = "in-order",
     operands: bool = True,
+    ranks: int | None = None,
 ) -> RunResult:
     """Simulate ``kernel`` on ``inputs`` and return its outputs and profile.
 
@@ -181,7 +184,8 @@ def run(
         kernel: an ``@nki.jit`` kernel or a plain kernel function.
         inputs: positional arguments (a sequence) or keyword arguments (a mapping).
             Arrays are numpy arrays of NKI dtypes (ml_dtypes for bfloat16 and fp8);
-            other values (ints, floats, None) are passed through unchanged.
+            other values (ints, floats, None) are passed through unchanged. With ``ranks=N``,
+            a sequence of ``N`` such inputs, those of rank 0 first.
         target: ``trn1``, ``inf2``, ``trn2``, ``trn3`` (or an ``HwConfig``); by default
             the kernel's ``platform_target``, the environment, then ``trn1``.
         max_instructions: the most instructions one core may issue before the run stops
@@ -206,12 +210,13 @@ def run(
         KernelError: the kernel breaks a rule (its subclasses name which), at the kernel's line.
         TypeError, ValueError: an argument of ``run`` itself is malformed.
     """
-    _check_call("nkisim.run", kernel, inputs, target, max_instructions, timeout, check, affine_order, operands)
+    _check_call("nkisim.run", kernel, inputs, target, max_instructions, timeout, check, affine_order, operands, ranks)
     budget = Budget(max_instructions, timeout, time.monotonic())
     with run_affine_in(affine_order), keeping_operands(operands):
-        ctxs, returned = _simulate(kernel, inputs, target, compute=True, budget=budget, check=check)
+        ctxs, returned = _simulate(kernel, inputs, target, compute=True, budget=budget, check=check, ranks=ranks)
     func = kernel.func if isinstance(kernel, Kernel) else kernel
-    result = RunResult(collect(returned, func), _profile_of(ctxs), ctxs[0].hw.name)
+    outputs = collect(returned, func) if ranks is None else [collect(r, func) for r in returned]
+    result = RunResult(outputs, _profile_of(ctxs), ctxs[0].hw.name)
     for bucket in _COLLECTORS:
         bucket.append(result.profile)
     return result
@@ -249,21 +254,26 @@ def profile(
     check: str | None = None,
     affine_order: str = "in-order",
     operands: bool = True,
+    ranks: int | None = None,
 ) -> Profile:
     """The simulated timeline of ``kernel``; inputs may be arrays or ``(shape, dtype)`` pairs.
 
     When any input is given by shape and dtype alone, no values are computed (as a
     hardware benchmark ignores input values): the timeline is the same as
     :func:`run` gives for arrays of those shapes, and the run is much faster.
-    ``target``, ``max_instructions``, ``timeout``, ``check``, ``affine_order`` and ``operands`` are as
-    for :func:`run`.
+    ``target``, ``max_instructions``, ``timeout``, ``check``, ``affine_order``, ``operands`` and ``ranks``
+    are as for :func:`run`.
     """
-    _check_call("nkisim.profile", kernel, inputs, target, max_instructions, timeout, check, affine_order, operands)
-    args, kwargs = _split(inputs)
-    abstract = any(_as_spec(v) is not None for v in (*args, *kwargs.values()))
+    _check_call(
+        "nkisim.profile", kernel, inputs, target, max_instructions, timeout, check, affine_order, operands, ranks
+    )
+    abstract = False
+    for rank_inputs in [inputs] if ranks is None else inputs:  # type: ignore[union-attr]
+        args, kwargs = _split(rank_inputs)
+        abstract = abstract or any(_as_spec(v) is not None for v in (*args, *kwargs.values()))
     budget = Budget(max_instructions, timeout, time.monotonic())
     with run_affine_in(affine_order), keeping_operands(operands):
-        ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract, budget=budget, check=check)
+        ctxs, _ = _simulate(kernel, inputs, target, compute=not abstract, budget=budget, check=check, ranks=ranks)
     return _profile_of(ctxs)
 
 
@@ -277,11 +287,15 @@ def _check_call(
     check: object = None,
     order: object = "in-order",
     operands: object = True,
+    ranks: object = None,
 ) -> None:
     check_kernel(entry, kernel)
     if order not in AFFINE_ORDERS:
         raise ValueError(f"{entry}: affine_order must be one of {', '.join(map(repr, AFFINE_ORDERS))}, got {order!r}")
-    check_inputs(entry, inputs)
+    if ranks is None:
+        check_inputs(entry, inputs)
+    else:
+        check_rank_inputs(entry, inputs, ranks)
     check_target(entry, target)
     check_budget(entry, max_instructions, timeout)
     if check is not None:
@@ -307,15 +321,17 @@ def _simulate(
     compute: bool,
     budget: Budget | None = None,
     check: str | None = None,
+    ranks: int | None = None,
 ) -> tuple[list[KernelContext], Any]:
-    """Run the kernel; one context per program, and what program 0 returned."""
+    """Run the kernel; one context per program, and what program 0 returned (with ``ranks``: each rank's)."""
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
     mode = check if check is not None else kernel.options.get("check", default_check())
     findings = Findings(mode) if mode != "off" else None
     hw = _target(target if target is not None else kernel.platform_target)
-    args, kwargs = _split(inputs)
-    programs = kernel.grid[0] if kernel.grid else 1
+    per_rank = [_split(inputs)] if ranks is None else [_split(r) for r in inputs]
+    cores = kernel.grid[0] if kernel.grid else 1
+    programs = cores * len(per_rank)
     budget = budget if budget is not None else Budget(start=time.monotonic())
     prints = PrintLog()
 
@@ -325,8 +341,10 @@ def _simulate(
         prints.restart()
         if recorder is not None:
             recorder.restart()
-        if programs > 1:
-            return _simulate_lnc(kernel, hw, args, kwargs, programs, compute, plans, budget, prints, findings)
+        if ranks is not None or programs > 1:
+            ctxs, returns = _simulate_launch(kernel, hw, per_rank, cores, compute, plans, budget, prints, findings)
+            return ctxs, returns if ranks is not None else returns[0]
+        args, kwargs = per_rank[0]
         return _simulate_one(kernel, hw, args, kwargs, compute, plans[0] if plans else None, budget, prints, findings)
 
     with single_threaded_blas():
@@ -334,6 +352,8 @@ def _simulate(
             try:
                 return attempt(None)
             except CapacityError as eager_error:
+                # the traceback holds the failed run's machines (every memory of every program): free them first
+                eager_error.__traceback__ = None
                 spill = bool(kernel.options.get("spill", True))
                 return _with_compiler_liveness(attempt, programs, eager_error, spill)
         except Exception as exc:
@@ -399,68 +419,76 @@ def _simulate_one(
     return [ctx], returned
 
 
-def _simulate_lnc(
+def _simulate_launch(
     kernel: Kernel,
     hw: HwConfig,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    programs: int,
+    per_rank: list[tuple[tuple[Any, ...], dict[str, Any]]],
+    cores: int,
     compute: bool,
     plans: list[TilePlan] | None = None,
     budget: Budget | None = None,
     prints: PrintLog | None = None,
     findings: Findings | None = None,
-) -> tuple[list[KernelContext], Any]:
-    """``kernel[2]``: two programs in turn-taking threads, sharing inputs and shared HBM (nkisim.sim.multicore)."""
-    if not hw.capabilities.lnc2_collectives:
+) -> tuple[list[KernelContext], list[Any]]:
+    """Ranks of ``cores`` programs each, in turn-taking threads (nkisim.sim.multicore); what each rank returned.
+
+    The cores of a rank (``kernel[2]``) share its inputs and its shared HBM.
+    """
+    if cores > 1 and not hw.capabilities.lnc2_collectives:
         raise TargetError(
-            f"kernel[{programs}] runs on {programs} NeuronCores (LNC={programs}), which {needs('lnc2_collectives')}; "
+            f"kernel[{cores}] runs on {cores} NeuronCores (LNC={cores}), which {needs('lnc2_collectives')}; "
             f"{hw.name} has one NeuronCore per logical core",
             loc=_kernel_loc(kernel),
         )
-    launch = Launch(programs)
+    launch = Launch(cores * len(per_rank), cores)
     ctxs = [
         KernelContext(
             hw,
             compute=compute,
-            program_id=pid,
-            num_programs=programs,
+            program_id=pid % cores,
+            num_programs=cores,
             launch=launch,
             grid=kernel.grid,
             plan=plans[pid] if plans else None,
             budget=budget,
             prints=prints,
             findings=findings,
+            rank=pid // cores,
         )
-        for pid in range(programs)
+        for pid in range(launch.programs)
     ]
+    bodies = []
+    for rank, (args, kwargs) in enumerate(per_rank):
+        bound = _bind(kernel, args, kwargs)
+        first = ctxs[rank * cores]
+        memory = first.memory
+        assert isinstance(memory, SharedHbmMemory)
+        with memory.unshared():  # the inputs are shared by passing the same tensors to the rank's cores
+            for name, value in bound.arguments.items():
+                bound.arguments[name] = _to_hbm(first, name, value, kernel)
+        bodies += [_program(kernel, ctx, bound) for ctx in ctxs[rank * cores : (rank + 1) * cores]]
     for ctx in ctxs:
         ctx.kernel_name = kernel.func.__qualname__
-    bound = _bind(kernel, args, kwargs)
-    first = ctxs[0].memory
-    assert isinstance(first, SharedHbmMemory)
-    with first.unshared():  # the inputs are shared by passing the same tensors to both programs
-        for name, value in bound.arguments.items():
-            bound.arguments[name] = _to_hbm(ctxs[0], name, value, kernel)
+    returns = launch.run(bodies)
+    return ctxs, returns[::cores]
 
-    def body(ctx: KernelContext) -> Callable[[], Any]:
-        def program() -> Any:
-            token = enter(ctx)
-            try:
-                return kernel.func(*bound.args, **bound.kwargs)
-            finally:
-                leave(token)
 
-        return program
+def _program(kernel: Kernel, ctx: KernelContext, bound: inspect.BoundArguments) -> Callable[[], Any]:
+    def program() -> Any:
+        token = enter(ctx)
+        try:
+            return kernel.func(*bound.args, **bound.kwargs)
+        finally:
+            leave(token)
 
-    returns = launch.run([body(ctx) for ctx in ctxs])
-    return ctxs, returns[0]
+    return program
 
 
 def _profile_of(ctxs: list[KernelContext]) -> Profile:
-    """One profile; with several programs, their timelines side by side on tracks named ``core<i> <engine>``."""
+    """One profile; with several programs, their timelines side by side (``core<i> <engine>``, ``rank<r> <engine>``)."""
     first = ctxs[0]
-    timeline = first.machine.timeline if len(ctxs) == 1 else merge_timelines([ctx.machine.timeline for ctx in ctxs])
+    timelines = [ctx.machine.timeline for ctx in ctxs]
+    timeline = timelines[0] if len(ctxs) == 1 else merge_timelines(timelines, first.num_programs)
     diagnostics = [d for ctx in ctxs if ctx.machine.checker is not None for d in ctx.machine.checker.diagnostics]
     return Profile(timeline, first.hw, first.kernel_name, diagnostics)
 

@@ -16,10 +16,11 @@ from nkisim.isa import REGISTRY, InstructionSpec
 from nkisim.memory import Tensor, dtype_name, to_dtype
 
 
-def make_stub(spec: InstructionSpec) -> Callable[..., NkiInstruction]:
+def make_stub(spec: InstructionSpec, module: str = "nkisim.nki.isa") -> Callable[..., NkiInstruction]:
     """A function ``nisa.<name>(dst, ..., name=None)`` that emits the instruction into the running kernel.
 
-    It returns the instruction's :class:`~nkisim.frontend.handles.NkiInstruction` handle.
+    It returns the instruction's :class:`~nkisim.frontend.handles.NkiInstruction` handle. ``module``
+    is where the function is published (``nkisim.nki.collectives`` for ``ncc.all_gather``).
     """
     fields = spec.operands.model_fields
     order = [f for f in fields if f != "name"] + ["name"]
@@ -32,21 +33,22 @@ def make_stub(spec: InstructionSpec) -> Callable[..., NkiInstruction]:
         for f in order
     ]
     name = spec.name
+    qualname = spec.qualname
 
     def stub(*args: Any, **kwargs: Any) -> NkiInstruction:
         loc = user_location()
         if len(args) > len(order):
-            raise OperandError(f"takes at most {len(order)} positional arguments", loc=loc, instruction=f"nisa.{name}")
+            raise OperandError(f"takes at most {len(order)} positional arguments", loc=loc, instruction=qualname)
         for fname, value in zip(order, args):
             if fname in kwargs:
                 raise OperandError(
-                    "is given both by position and by keyword", loc=loc, instruction=f"nisa.{name}", operand=fname
+                    "is given both by position and by keyword", loc=loc, instruction=qualname, operand=fname
                 )
             kwargs[fname] = value
         _drop_redundant_dtype(name, kwargs, loc)
         ctx = current_context()
-        _reject_unknown(name, order, kwargs, loc, ctx.hw.name)
-        return NkiInstruction(ctx, ctx.emit(name, kwargs, loc), name, loc)
+        _reject_unknown(qualname, order, kwargs, loc, ctx.hw.name)
+        return NkiInstruction(ctx, ctx.emit(name, kwargs, loc), qualname, loc)
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = spec.doc
@@ -55,11 +57,11 @@ def make_stub(spec: InstructionSpec) -> Callable[..., NkiInstruction]:
     except ValueError:  # a NKI 0.2 positional argument that NKI 0.3 made optional (affine_select's offset)
         signature = inspect.Signature(params, __validate_parameters__=False)
     stub.__signature__ = signature  # type: ignore[attr-defined]
-    stub.__module__ = "nkisim.nki.isa"
+    stub.__module__ = module
     return stub
 
 
-def _reject_unknown(name: str, order: list[str], kwargs: dict[str, Any], loc: Any, target: str) -> None:
+def _reject_unknown(qualname: str, order: list[str], kwargs: dict[str, Any], loc: Any, target: str) -> None:
     """Name a misspelled keyword itself, before the argument it was meant to be is reported missing."""
     for key in kwargs:
         if key not in order:
@@ -68,7 +70,7 @@ def _reject_unknown(name: str, order: list[str], kwargs: dict[str, Any], loc: An
             raise OperandError(
                 f"is not an argument of this instruction{hint}",
                 loc=loc,
-                instruction=f"nisa.{name}",
+                instruction=qualname,
                 target=target,
                 operand=key,
             )

@@ -65,6 +65,21 @@ def check_inputs(entry: str, inputs: object) -> None:
     )
 
 
+def check_rank_inputs(entry: str, inputs: object, ranks: object) -> None:
+    """With ``ranks=N``: ``N`` a positive integer and ``inputs`` a sequence of ``N`` inputs, one per rank."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise TypeError(f"{entry}: ranks must be a positive integer (or None), got {ranks!r:.60}")
+    if isinstance(inputs, (str, bytes, Mapping, np.ndarray)) or not isinstance(inputs, Sequence):
+        raise TypeError(
+            f"{entry}: with ranks={ranks}, inputs must be a list of {ranks} inputs (one list or dict of the "
+            f"kernel's arguments per rank), got {type(inputs).__name__} {_short(inputs)}"
+        )
+    if len(inputs) != ranks:
+        raise ValueError(f"{entry}: ranks={ranks} but inputs holds {len(inputs)} rank's inputs; give one per rank")
+    for rank, rank_inputs in enumerate(inputs):
+        check_inputs(f"{entry} (rank {rank})", rank_inputs)
+
+
 def _check_input(entry: str, name: str, value: object) -> None:
     """One argument: a ``(shape, dtype)`` pair must have a shape of non-negative integers.
 

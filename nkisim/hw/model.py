@@ -163,6 +163,21 @@ class SyncConfig(_Frozen):
     remote_semaphore_latency_ns: float = Field(ge=0)
 
 
+class CollectivesConfig(_Frozen):
+    """The links ``nki.collectives`` move data over, as a ring of ranks sees them (docs/collectives.md).
+
+    A ring step sends one chunk to the next rank over one link: ``link_bytes_per_ns`` is one
+    link's bandwidth, ``hop_latency_ns`` the fixed time a step takes besides its bytes.
+    """
+
+    #: One device-to-device link's bandwidth, in bytes per ns (GB/s).
+    link_bytes_per_ns: float = Field(gt=0)
+    #: The fixed time of one ring step (one hop to the next rank).
+    hop_latency_ns: float = Field(ge=0)
+    #: Channels ``collective_permute_implicit`` may use at once.
+    max_channels: int = Field(ge=1)
+
+
 class LaunchConfig(_Frozen):
     """What a NEFF execution costs around the kernel's own instructions.
 
@@ -209,6 +224,8 @@ class Capabilities(_Frozen):
     # Whole instructions (InstructionSpec.requires).
     #: Two NeuronCores per logical core (LNC=2): ``core_barrier``, ``sendrecv`` (and ``kernel[2]``).
     lnc2_collectives: StrictBool
+    #: ``nki.collectives`` between the ranks of a replica group (all_reduce, all_gather, ...).
+    replica_collectives: StrictBool
     #: MXFP8/MXFP4 micro-scaling: ``quantize_mx``, ``nc_matmul_mx`` and the packed x4 dtypes.
     mx_formats: StrictBool
     #: The Vector Engine's ``exponential`` instruction.
@@ -300,6 +317,7 @@ class HwConfig(_Frozen):
     hbm: HbmConfig
     dma: DmaConfig
     sync: SyncConfig
+    collectives: CollectivesConfig
     launch: LaunchConfig
     tensor: TensorEngineConfig
     vector: EngineConfig

@@ -10,6 +10,8 @@ from nkisim.isa import (  # noqa: F401 - they register instructions
     movement,
     mx,
     random,
+    rank_collectives,
+    rank_permutes,
     registers,
     scalar,
     select,
@@ -21,9 +23,17 @@ from nkisim.isa import (  # noqa: F401 - they register instructions
 )
 from nkisim.isa.enums import dge_mode, matmul_perf_mode, oob_mode, reduce_cmd
 from nkisim.isa.ops import OPS, Op
+from nkisim.isa.rank_collectives import COLLECTIVES
 from nkisim.isa.spec import REGISTRY, Check, Cost, EngineState, InstructionSpec, Operands
 
+if set(REGISTRY) & set(COLLECTIVES):
+    raise ValueError(f"nki.isa and nki.collectives share instruction names: {sorted(set(REGISTRY) & set(COLLECTIVES))}")
+#: Everything an NKI kernel can issue: ``nki.isa`` (:data:`REGISTRY`) and ``nki.collectives`` (:data:`COLLECTIVES`).
+NKI_INSTRUCTIONS: dict[str, InstructionSpec] = {**REGISTRY, **COLLECTIVES}
+
 __all__ = [
+    "COLLECTIVES",
+    "NKI_INSTRUCTIONS",
     "OPS",
     "REGISTRY",
     "Check",

@@ -44,6 +44,11 @@ Out = Annotated[Tensor, Access.write]
 InOut = Annotated[Tensor, Access.read_write]
 OptIn = Annotated[Tensor | None, Access.read]
 OptOut = Annotated[Tensor | None, Access.write]
+#: Lists of tensors (``nki.collectives``' coalesced ``srcs``/``dsts``), and lists of such lists (per channel).
+InList = Annotated[list[Tensor], Access.read]
+OutList = Annotated[list[Tensor], Access.write]
+InLists = Annotated[list[list[Tensor]], Access.read]
+OutLists = Annotated[list[list[Tensor]], Access.write]
 #: A compile-time scalar or a per-partition ``(P, 1)`` tensor.
 ScalarOrIn = Annotated[Tensor | float | int, Access.read]
 OptScalarOrIn = Annotated[Tensor | float | int | None, Access.read]
@@ -59,18 +64,30 @@ class Operands(BaseModel):
     tensor_fields: ClassVar[tuple[tuple[str, Access], ...]] = ()
 
     def accessed(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
-        """The tensors read and written, each with its argument name."""
+        """The tensors read and written, each with its argument name (``srcs[1]`` for one of a list)."""
         reads: list[tuple[str, Tensor]] = []
         writes: list[tuple[str, Tensor]] = []
         for fname, access in self.tensor_fields:
             value = getattr(self, fname)
-            if not isinstance(value, Tensor):
+            if isinstance(value, Tensor):
+                named = [(fname, value)]
+            elif isinstance(value, list):
+                named = list(_listed(fname, value))
+            else:
                 continue
             if access is not Access.write:
-                reads.append((fname, value))
+                reads.extend(named)
             if access is not Access.read:
-                writes.append((fname, value))
+                writes.extend(named)
         return reads, writes
+
+
+def _listed(fname: str, values: list[Any]) -> typing.Iterator[tuple[str, Tensor]]:
+    for i, value in enumerate(values):
+        if isinstance(value, Tensor):
+            yield f"{fname}[{i}]", value
+        elif isinstance(value, list):
+            yield from _listed(f"{fname}[{i}]", value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +156,14 @@ class Check:
     engine: Engine
     hw: HwConfig
     loc: SourceLoc
+    #: How kernels name the instruction's module (``nisa``, ``ncc`` for ``nki.collectives``).
+    namespace: str = "nisa"
 
     def fail(self, error: type[KernelError], operand: str, rule: str) -> typing.NoReturn:
         raise error(
             rule,
             loc=self.loc,
-            instruction=f"nisa.{self.instruction}",
+            instruction=f"{self.namespace}.{self.instruction}",
             engine=self.engine.title,
             target=self.hw.name,
             operand=operand,
@@ -160,13 +179,25 @@ ExtraAccesses = Callable[[Any], tuple[list[Region], list[Region]]]
 
 
 class Peer(Protocol):
-    """The other cores of a multi-core launch, as a synchronising instruction sees them."""
+    """The other programs of a multi-program launch, as a synchronising instruction sees them.
+
+    ``program_id`` is the core within its rank (``num_programs`` cores, the LNC size);
+    ``rank`` is the rank within ``num_ranks`` (``nkisim.run(..., ranks=N)``).
+    """
 
     program_id: int
     num_programs: int
+    rank: int
+    num_ranks: int
 
     def exchange(self, key: tuple[Any, ...], payload: Any, loc: SourceLoc | None) -> list[Any]:
-        """Block until every core reaches ``key``; their payloads, by program id."""
+        """Block until every core of this rank reaches ``key``; their payloads, by core."""
+        ...
+
+    def exchange_ranks(
+        self, ranks: tuple[int, ...], key: tuple[Any, ...], payload: Any, loc: SourceLoc | None
+    ) -> list[Any]:
+        """Block until this core of every rank in ``ranks`` reaches ``key``; their payloads, in ``ranks`` order."""
         ...
 
 
@@ -211,6 +242,13 @@ class InstructionSpec:
     #: The operand data types, in words, for docs/isa.md.
     dtypes: str = "any NKI dtype"
     doc: str = ""
+    #: How kernels name the instruction's module: ``nisa`` (``nki.isa``), ``ncc`` (``nki.collectives``).
+    namespace: str = "nisa"
+
+    @property
+    def qualname(self) -> str:
+        """The name kernels call it by, as error messages give it (``nisa.tensor_tensor``, ``ncc.all_gather``)."""
+        return f"{self.namespace}.{self.name}"
 
     @property
     def cost_formula(self) -> str:
@@ -240,12 +278,14 @@ def instruction(
     accumulates: Accumulates | None = None,
     carries: CarrierRule | None = None,
     value_dependent: ValueDependence | None = None,
+    namespace: str = "nisa",
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``.
 
     ``requires`` names the boolean capabilities a target must have (``("mx_formats",)``);
     ``registry`` is the instruction set it joins: by default NKI's (:data:`REGISTRY`); another
-    kind of engine keeps its own and hands it to :class:`nkisim.sim.Machine`.
+    kind of engine keeps its own and hands it to :class:`nkisim.sim.Machine`. ``namespace`` is
+    the module kernels call it from, as messages name it (``nisa``; ``ncc`` for ``nki.collectives``).
     """
     table = REGISTRY if registry is None else registry
     unknown = [c for c in requires if c not in Capabilities.features()]
@@ -272,6 +312,7 @@ def instruction(
             requires=requires,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),
+            namespace=namespace,
         )
         return semantics
 

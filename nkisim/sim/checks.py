@@ -223,7 +223,7 @@ class Checker:
         writes: list[tuple[str, Tensor]],
     ) -> None:
         """The checks of one instruction before it runs: its reads, its operands, its loops."""
-        opcode = f"nisa.{spec.name}"
+        opcode = spec.qualname
         adds = spec.accumulates(ops) if spec.accumulates is not None else False  # True, None (inferred) or False
         accumulates = adds is not False
         self._carrying, self._carried_values = None, 0
@@ -282,7 +282,7 @@ class Checker:
         moves: Carrier | bool | None = False  # looked up when a read is found not all written
         carried: dict[str, np.ndarray] = {}
         for operand, t in reads:
-            if operand not in inputs or not _tracked(t) or t.is_dynamic or t.size == 0:
+            if operand.partition("[")[0] not in inputs or not _tracked(t) or t.is_dynamic or t.size == 0:
                 continue
             taint = self._taint(t)
             if taint is None:

@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from nkisim.errors import BudgetError, ExecutionError, KernelError, OperandError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
-from nkisim.isa import REGISTRY, Check, Cost, EngineState, InstructionSpec
+from nkisim.isa import NKI_INSTRUCTIONS, Check, Cost, EngineState, InstructionSpec
 from nkisim.isa.common import check_common
 from nkisim.isa.dma import dma_cost
 from nkisim.isa.spec import Peer, missing_capability, needs
@@ -131,7 +131,7 @@ class Machine:
         compute: bool = True,
         memory: MemorySystem | None = None,
         peer: Peer | None = None,
-        registry: Mapping[str, InstructionSpec] = REGISTRY,
+        registry: Mapping[str, InstructionSpec] = NKI_INSTRUCTIONS,
         on_progress: Callable[[int], None] | None = None,
         budget: Budget | None = None,
         checker: Checker | None = None,
@@ -192,7 +192,7 @@ class Machine:
         if plan is None:
             ops = self._operands(spec, instruction)
             engine = self._engine(spec, ops, loc)
-            self._validate(spec, ops, Check(spec.name, engine, self.hw, loc))
+            self._validate(spec, ops, Check(spec.name, engine, self.hw, loc, spec.namespace))
             tensor_reads, tensor_writes = ops.accessed()
         else:
             ops = bind(plan, spec, arguments) if plan.template is not None else self._operands(spec, instruction)
@@ -228,7 +228,7 @@ class Machine:
         index = len(self.scheduler.timeline)
         if spec.synchronise is not None:
             arrival = self.scheduler.earliest_start(engine, reads, writes, instruction.unit)
-            chk = Check(spec.name, engine, self.hw, loc)
+            chk = Check(spec.name, engine, self.hw, loc, spec.namespace)
             not_before, cost = spec.synchronise(ops, self.peer, arrival, cost, self.compute, chk)
             after, self._pending_after = self._pending_after, []
             self.scheduler.schedule(
@@ -301,7 +301,7 @@ class Machine:
         count = len(self.scheduler.timeline)
         budget = self.budget
         elapsed = time.monotonic() - budget.start
-        where = f"nisa.{spec.name}: "
+        where = f"{spec.qualname}: "
         if self._limit is not None and count >= self._limit:
             raise BudgetError(
                 f"{where}the kernel reached its budget of {self._limit:,} instructions "
@@ -358,7 +358,7 @@ class Machine:
             raise OperandError(
                 f"{requested.title} is not one of this instruction's engines ({spec.engine_names})",
                 loc=loc,
-                instruction=f"nisa.{spec.name}",
+                instruction=spec.qualname,
                 target=self.hw.name,
                 operand="engine",
             )
@@ -382,7 +382,7 @@ class Machine:
             raise ExecutionError(
                 f"failed: {type(exc).__name__}: {exc}",
                 loc=loc,
-                instruction=f"nisa.{spec.name}",
+                instruction=spec.qualname,
                 engine=engine.title,
                 target=self.hw.name,
             ) from exc
@@ -429,7 +429,7 @@ class Machine:
                     f"{t.name!r} is a {t.buffer.value.upper()} tile of another run (kept from an earlier kernel run, "
                     "or another core's); on-chip tiles live only in the run that allocated them",
                     loc=loc,
-                    instruction=f"nisa.{spec.name}",
+                    instruction=spec.qualname,
                     target=self.hw.name,
                     operand=name,
                 )
@@ -455,7 +455,7 @@ def _operand_error(spec: InstructionSpec, hw: HwConfig, loc: SourceLoc, exc: Val
         rule = "is a required argument"
     else:
         rule = f"got {type(err.get('input')).__name__} {_short(err.get('input'))}: {err['msg']}"
-    return OperandError(rule, loc=loc, instruction=f"nisa.{spec.name}", target=hw.name, operand=field)
+    return OperandError(rule, loc=loc, instruction=spec.qualname, target=hw.name, operand=field)
 
 
 def _short(value: object) -> str:
