@@ -64,3 +64,26 @@ def test_whole_suite_runs_are_kept_apart_from_fast_ones_and_other_records_are_ig
 def test_a_test_file_importing_a_package_the_checkout_lacks_is_the_suites_fault():
     row = {"id": "integration.nkilib.experimental.subkernels.test_topk_reduce", "message": "collection failure"}
     assert suite.triage(row)[0] == "suite"
+
+
+def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall_time(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(suite, "RESULTS", tmp_path)
+    row = {"id": "integration.nkilib.core.max.test_max.T::test_a", "family": "core/max", "outcome": "passed"}
+    record = {
+        "target": "trn2",
+        "subset": "all",
+        "run_all": True,
+        "wall_s": 12.5,
+        "families": ["core/max"],
+        "reruns": [{"families": ["core/cumsum"], "wall_s": 3.0}],
+        "tests": [row, {**row, "family": "core/cumsum"}],
+    }
+    (tmp_path / "trn2-all.json").write_text(json.dumps(record))
+    doc = tmp_path / "doc.md"
+    suite.write_doc(doc)
+    text = doc.read_text()
+    assert "## trn2 (all subset, large shapes included)" in text
+    assert "core/max (12.5 s); core/cumsum (3.0 s)." in text
+    assert "Re-run after fixes" not in text
