@@ -331,6 +331,49 @@ def test_plugin_skips_trace_only_tests(pytester: pytest.Pytester):
     result.stdout.fnmatch_lines(["*trace_only test*"])
 
 
+_OUTPUT_HELPER = """
+import os
+from pathlib import Path
+
+def resolve_base_output_directory(config):
+    return str(Path(config.rootpath) / "outputs")
+
+def construct_test_output_directory_name():
+    return "out-" + os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
+"""
+
+_WRITING_TESTS = """
+import os
+from pathlib import Path
+
+def _write(name):
+    path = Path("outputs") / f"out-{name}"
+    path.mkdir(parents=True)
+    (path / "golden.bin").write_bytes(b"x" * 64)
+
+def test_passes():
+    _write("test_passes")
+
+def test_fails():
+    _write("test_fails")
+    raise AssertionError("wrong result")
+"""
+
+
+@pytest.mark.parametrize(("option", "kept"), [("artifacts", {"out-test_fails"}), ("all-artifacts", set())])
+def test_pruning_removes_passing_outputs_or_every_output(pytester: pytest.Pytester, option: str, kept: set[str]):
+    """The suite's own helper names each test's directory; a stand-in plays it here."""
+    pytester.mkpydir("test")
+    pytester.mkpydir("test/utils")
+    (pytester.path / "test" / "utils" / "feature_flag_helper.py").write_text(_OUTPUT_HELPER)
+    pytester.makepyfile(test_outputs=_WRITING_TESTS)
+    result = pytester.runpytest_subprocess(
+        "-p", "nkisim.compat.nkilib", "-p", "no:cacheprovider", f"--nkisim-prune-{option}", "test_outputs.py"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    assert {p.name for p in (pytester.path / "outputs").iterdir()} == kept
+
+
 # -- NKI 0.3 behaviour nkisim gained for the suite --------------------------------------
 
 

@@ -28,7 +28,9 @@ NeuronCore generation. Its helpers import ``neuron_dtypes`` and
   each rank's outputs written where the suite's validator reads them
   (:mod:`nkisim.compat.nkilib_ranks`);
 * ``--nkisim-prune-artifacts``: delete each passing test's output directory (the
-  suite writes every input, golden and output to disk, tens of GB per run).
+  suite writes every input, golden and output to disk, tens of GB per run);
+  ``--nkisim-prune-all-artifacts`` deletes every test's, failed or timed out too (a
+  whole-suite run keeps several GB per failing large configuration otherwise).
 
 It never shadows a real installation: if ``nki``, ``nki_cpu_simulator``,
 ``neuron_dtypes`` or ``neuronxcc`` is importable, it refuses with a usage error.
@@ -330,6 +332,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="delete each passing test's output directory (the suite writes every input and output to disk)",
     )
+    parser.addoption(
+        "--nkisim-prune-all-artifacts",
+        action="store_true",
+        help="delete every test's output directory, failed and timed-out ones too",
+    )
 
 
 _PASSED = pytest.StashKey[bool]()
@@ -346,12 +353,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Any:
     yield
-    if item.config.getoption("--nkisim-prune-artifacts", False) and item.stash.get(_PASSED, False):
+    options = item.config.option
+    if getattr(options, "nkisim_prune_all_artifacts", False) or (
+        getattr(options, "nkisim_prune_artifacts", False) and item.stash.get(_PASSED, False)
+    ):
         _remove_test_output(item)
 
 
 def _remove_test_output(item: pytest.Item) -> None:
-    """Remove a passing test's directory, named by the suite's own helper (which reads PYTEST_CURRENT_TEST)."""
+    """Remove a test's output directory, named by the suite's own helper (which reads PYTEST_CURRENT_TEST)."""
     try:
         from test.utils.feature_flag_helper import (  # type: ignore[import-not-found]
             construct_test_output_directory_name,

@@ -230,6 +230,41 @@ def _max8_cost(ops: Max8Ops, hw: HwConfig, engine: Engine) -> Cost:
     return per_element_cost(engine, hw, ops.src.free_size)
 
 
+@numba.njit(cache=True, inline="always")
+def _ranks_above(a: float, b: float) -> bool:  # pragma: no cover - compiled
+    """Whether ``a`` comes before ``b`` in max8's order: NaN first, then descending."""
+    if b != b:
+        return False
+    return a != a or a > b
+
+
+@numba.njit(cache=True)
+def _top8_kernel(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    p, n = x.shape
+    out = np.empty((p, TOP_K), np.float32)
+    for row in range(p):
+        count = 0
+        for c in range(n):
+            v = x[row, c]
+            if count < TOP_K:
+                i = count
+                count += 1
+            elif _ranks_above(v, out[row, TOP_K - 1]):
+                i = TOP_K - 1
+            else:
+                continue
+            while i > 0 and _ranks_above(v, out[row, i - 1]):
+                out[row, i] = out[row, i - 1]
+                i -= 1
+            out[row, i] = v
+    return out
+
+
+def top8_numba(x: np.ndarray) -> np.ndarray:
+    """The 8 largest values of each row of a ``(P, N >= 8)`` array, descending, NaN first (one pass, compiled)."""
+    return _top8_kernel(np.ascontiguousarray(x, dtype=F32))
+
+
 @instruction(
     "max8",
     Max8Ops,
@@ -240,16 +275,53 @@ def _max8_cost(ops: Max8Ops, hw: HwConfig, engine: Engine) -> Cost:
 )
 def max8(ops: Max8Ops, state: EngineState) -> None:
     """The 8 largest float32 values of each partition, in descending order (NaN ranks above +inf)."""
-    x = as_rows(f32(ops.src), ops.src.partitions)
-    top = np.sort(x, axis=1)[:, : -TOP_K - 1 : -1]
-    write(ops.dst, top)
+    write(ops.dst, top8_numba(as_rows(f32(ops.src), ops.src.partitions)))
 
 
 # -- nc_find_index8 and nc_match_replace8 ---------------------------------------------
 
 
+@numba.njit(cache=True)
+def _match_kernel(
+    data: np.ndarray, vals: np.ndarray, first: int, step: int
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    p, n = data.shape
+    k = vals.shape[1]
+    index = np.zeros((p, k), np.int64)
+    found = np.zeros((p, k), np.bool_)
+    taken = np.empty(k, np.int64)
+    for row in range(p):
+        count = 0
+        j = first
+        for _ in range(k):
+            v = vals[row, j]
+            for c in range(n):
+                if data[row, c] == v:
+                    free = True
+                    for t in range(count):
+                        if taken[t] == c:
+                            free = False
+                            break
+                    if free:
+                        index[row, j] = c
+                        found[row, j] = True
+                        taken[count] = c
+                        count += 1
+                        break
+            j += step
+    return index, found
+
+
+def match_positions_numba(data: np.ndarray, vals: np.ndarray, order: range) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`match_positions`, compiled: one scan per val that stops at its match."""
+    assert order.step in (1, -1) and len(order) == vals.shape[1]
+    return _match_kernel(
+        np.ascontiguousarray(data, dtype=F32), np.ascontiguousarray(vals, dtype=F32), order.start, order.step
+    )
+
+
 def match_positions(data: np.ndarray, vals: np.ndarray, order: range) -> tuple[np.ndarray, np.ndarray]:
-    """Pair each of the 8 vals of a row with a distinct matching position of ``data``.
+    """Pair each of the 8 vals of a row with a distinct matching position of ``data`` (the plain-numpy reference).
 
     Vals are taken in ``order``; each takes the first position equal to it (float32
     comparison, so NaN never matches) that an earlier val has not taken. Returns the
@@ -312,7 +384,7 @@ def nc_find_index8(ops: NcFindIndex8Ops, state: EngineState) -> None:
     columns); a val with no (remaining) occurrence gets all-ones (0xFFFF / 0xFFFFFFFF).
     """
     p = ops.data.partitions
-    index, found = match_positions(as_rows(f32(ops.data), p), as_rows(f32(ops.vals), p), range(TOP_K))
+    index, found = match_positions_numba(as_rows(f32(ops.data), p), as_rows(f32(ops.vals), p), range(TOP_K))
     sentinel = np.iinfo(ops.dst.dtype).max
     ops.dst.array[...] = np.where(found, index, sentinel).astype(ops.dst.dtype).reshape(ops.dst.shape)
 
@@ -360,7 +432,7 @@ def nc_match_replace8(ops: NcMatchReplace8Ops, state: EngineState) -> None:
     """
     p = ops.data.partitions
     data = as_rows(f32(ops.data), p)
-    index, found = match_positions(data, as_rows(f32(ops.vals), p), range(TOP_K - 1, -1, -1))
+    index, found = match_positions_numba(data, as_rows(f32(ops.vals), p), range(TOP_K - 1, -1, -1))
     replaced = data.copy()
     rows = np.repeat(np.arange(p), TOP_K).reshape(p, TOP_K)
     replaced[rows[found], index[found]] = F32(ops.imm)

@@ -20,7 +20,7 @@ import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 from nkisim.errors import DtypeError, ShapeError
 from nkisim.hw import load_target
-from nkisim.isa.stats import bn_stats_numba, bn_stats_reference
+from nkisim.isa.stats import bn_stats_numba, bn_stats_reference, match_positions, match_positions_numba, top8_numba
 
 from .conftest import (
     BF16,
@@ -244,6 +244,18 @@ def test_max8_eight_largest_descending(p, free, dtype, dst_dtype, mode, target, 
     assert_values_equal(got, ref_cast(top8_reference(x), dst_dtype))
 
 
+@FAST
+@given(p=st.integers(1, 64), n=st.integers(8, 400), seed=seeds, specials=st.booleans())
+def test_compiled_top8_matches_a_full_sort(p, n, seed, specials):
+    """The one-pass kernel against np.sort, NaN ranked first; few distinct values give many ties."""
+    rng = np.random.default_rng(seed)
+    x = rng.choice(np.array([-2.0, 0.0, 1.0, 3.5], dtype=np.float32), size=(p, n))
+    if specials:
+        x.flat[rng.integers(0, x.size, size=5)] = rng.choice([np.inf, -np.inf, np.nan], size=5)
+    expected = np.sort(x, axis=1)[:, ::-1][:, :8]
+    np.testing.assert_array_equal(top8_numba(x), expected)
+
+
 def test_max8_hand_computed_with_ties():
     x = np.array([[5, 1, 5, 3, 9, 0, 9, 2, 7, 4]], dtype=np.float32)
     got = run_tile(lambda dst, src: nisa.max8(dst=dst, src=src), [x], (1, 8), FP32)
@@ -282,6 +294,26 @@ def test_nc_find_index8_duplicates_take_successive_occurrences():
     vals = np.array([[8, 8, 8, 8, 5, 1, 9, 2]], dtype=np.float32)
     got = run_tile(lambda dst, d, v: nisa.nc_find_index8(dst=dst, data=d, vals=v), [data, vals], (1, 8), UINT32)
     np.testing.assert_array_equal(got, [[0, 2, 4, 0xFFFFFFFF, 7, 1, 0xFFFFFFFF, 3]])
+
+
+@FAST
+@given(
+    p=st.integers(1, 64),
+    n=st.integers(1, 300),
+    reverse=st.booleans(),
+    seed=seeds,
+)
+def test_compiled_matching_pairs_vals_as_the_numpy_twin(p, n, reverse, seed):
+    """Few distinct values (many duplicates), NaN in data and vals, vals absent from the data."""
+    rng = np.random.default_rng(seed)
+    pool = np.array([0.0, -0.0, 1.0, 2.5, np.nan, -3.0], dtype=np.float32)
+    data = rng.choice(pool, size=(p, n)).astype(np.float32)
+    vals = rng.choice(np.append(pool, 7.0), size=(p, 8)).astype(np.float32)
+    order = range(7, -1, -1) if reverse else range(8)
+    fast_index, fast_found = match_positions_numba(data, vals, order)
+    slow_index, slow_found = match_positions(data, vals, order)
+    np.testing.assert_array_equal(fast_found, slow_found)
+    np.testing.assert_array_equal(np.where(fast_found, fast_index, -1), np.where(slow_found, slow_index, -1))
 
 
 def test_max8_then_find_index8_recovers_argmax_positions():
