@@ -132,3 +132,29 @@ def test_profile_command_reports_a_bad_kernel_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert f"bad_kernel.py:{_line_of('tile = nl.ndarray')}: nl.ndarray: partition dim 256 exceeds 128" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_collect_profiles_sees_only_its_own_threads_runs() -> None:
+    """A run on another thread while the block is open (a DataLoader worker, a pytest-xdist neighbour) stays out."""
+    import threading
+
+    from nkisim.examples.tensor_add import nki_tensor_add
+
+    a = np.ones((128, 512), np.float32)
+    other: list[nkisim.Profile] = []
+    with nkisim.collect_profiles() as mine:
+        elsewhere = threading.Thread(
+            target=lambda: other.append(
+                nkisim.run(
+                    layernorm, [np.ones((128, 600), np.float32), np.ones(600, np.float32), np.zeros(600, np.float32)]
+                ).profile
+            )
+        )
+        elsewhere.start()
+        elsewhere.join()
+        nkisim.run(nki_tensor_add, [a, a])
+        with nkisim.collect_profiles() as inner:
+            nkisim.run(nki_tensor_add, [a, a])
+    assert len(other) == 1
+    assert [p.kernel for p in mine] == ["nki_tensor_add", "nki_tensor_add"]
+    assert [p.kernel for p in inner] == ["nki_tensor_add"]

@@ -8,6 +8,7 @@ import inspect
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -217,12 +218,13 @@ def run(
     func = kernel.func if isinstance(kernel, Kernel) else kernel
     outputs = collect(returned, func) if ranks is None else [collect(r, func) for r in returned]
     result = RunResult(outputs, _profile_of(ctxs), ctxs[0].hw.name)
-    for bucket in _COLLECTORS:
+    for bucket in _COLLECTORS.get():
         bucket.append(result.profile)
     return result
 
 
-_COLLECTORS: list[list[Profile]] = []
+#: The open ``collect_profiles`` buckets of this thread or task (a context variable: no run elsewhere reaches them).
+_COLLECTORS: ContextVar[tuple[list[Profile], ...]] = ContextVar("nkisim_collectors", default=())
 
 
 @contextlib.contextmanager
@@ -230,18 +232,19 @@ def collect_profiles() -> Iterator[list[Profile]]:
     """Collect the profile of every simulated run inside the ``with`` block, in order.
 
     This reaches runs made through framework operators (``torch.ops...``, JAX
-    callbacks) and direct kernel calls, which return only outputs::
+    callbacks) and direct kernel calls, which return only outputs. Only the runs of this
+    thread (or asyncio task) are collected: runs that other threads make meanwhile stay out::
 
         with nkisim.collect_profiles() as profiles:
             loss = model(x).sum()
         print(sum(p.total_ns for p in profiles))
     """
     bucket: list[Profile] = []
-    _COLLECTORS.append(bucket)
+    token = _COLLECTORS.set((*_COLLECTORS.get(), bucket))
     try:
         yield bucket
     finally:
-        _COLLECTORS.remove(bucket)
+        _COLLECTORS.reset(token)
 
 
 def profile(

@@ -106,7 +106,7 @@ class CompiledKernel:
         if tuple(diagnostics) != profile.diagnostics:
             profile = Profile(profile.timeline, profile.hw, profile.kernel, diagnostics)
         result = RunResult(outputs, profile, self.target)
-        for bucket in _COLLECTORS:
+        for bucket in _COLLECTORS.get():
             bucket.append(profile)
         return result
 
