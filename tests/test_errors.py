@@ -435,7 +435,7 @@ def test_psum_overflow():
         while True:
             runs[-1].append(nl.ndarray((128, 512), nl.float32, buffer=nl.psum))  # @psum-full
 
-    with pytest.raises(CapacityError, match=at("psum-full") + r"PSUM is full.* PSUM tiles are not spilled"):
+    with pytest.raises(CapacityError, match=at("psum-full") + r"PSUM is full.* An automatic PSUM tile"):
         run(kernel)
     assert len(runs[0]) == 8
 

@@ -1,4 +1,4 @@
-"""Compiler spills: an automatic SBUF tile that does not fit goes to device memory, with its traffic timed.
+"""Compiler spills: an automatic SBUF (PSUM) tile that does not fit goes to device memory (SBUF), timed.
 
 The NKI docs (memory hierarchy overview): "If the total size of the live data being used by a
 NKI kernel overflows the capacity of any on-chip memory, the Neuron compiler will insert the
@@ -189,18 +189,50 @@ def test_an_explicitly_placed_tile_that_does_not_fit_still_raises(x: np.ndarray)
     )
 
 
-def test_psum_tiles_do_not_spill() -> None:
-    # trn2 PSUM: 16 KiB per partition; a float32[128, 512] tile is one 2 KiB bank, so 8 fit.
+PSUM_TILE_BYTES = 128 * 512 * 4  # a float32[128, 512] tile: one 2 KiB bank of each partition
+
+
+def psum_kernel(count: int):
+    """``count`` PSUM tiles, tile k set to k and all kept live, then summed into SBUF: 0 + 1 + ... + count - 1."""
+
     def kernel():
         tiles = []
-        for _ in range(HW.psum.bytes_per_partition // 2048 + 1):
+        for k in range(count):
             tile = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)  # @psum
-            nisa.memset(dst=tile, value=0.0)
+            nisa.memset(dst=tile, value=float(k))  # @psum-write
             tiles.append(tile)
+        acc = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
         for tile in tiles:
-            nisa.memset(dst=tile, value=1.0)
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=tile, op=nl.add)  # @psum-read
+        out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
 
-    pattern = rf"^{re.escape(FILE)}:{line_of('psum')}: PSUM is full: .* PSUM tiles are not spilled"
+    return kernel
+
+
+def test_a_psum_tile_that_does_not_fit_spills_to_sbuf() -> None:
+    # trn2 PSUM: 16 KiB per partition, 8 banks of 2 KiB; the ninth live bank-sized tile spills.
+    assert HW.psum.bytes_per_partition == 8 * 2048
+    result = nkisim.run(psum_kernel(9), [], target=TARGET)
+    np.testing.assert_array_equal(result.outputs, np.full((128, 512), sum(range(9)), np.float32))
+    (save,) = records(result, "spill_save")
+    (reload,) = records(result, "spill_reload")
+    assert save.source == f"{FILE}:{line_of('psum-write')}"
+    assert reload.source == f"{FILE}:{line_of('psum-read')}"
+    assert result.profile.spill_save_bytes == result.profile.spill_reload_bytes == PSUM_TILE_BYTES
+    # SBUF <-> PSUM: no HBM cap; 16 engines at 23 B/ns, rows of 2048 contiguous bytes at 0.80 of the rate
+    assert HW.dma.payload_efficiency[3] == (2048, 0.80)
+    assert save.duration_ns == pytest.approx(1300.0 + PSUM_TILE_BYTES / (16 * 23.0 * 0.80))
+    (finding,) = [d for d in result.profile.diagnostics if d.check == "spill"]
+    assert "PSUM tile" in finding.message and "spilled to SBUF" in finding.message
+    assert nkisim.run(psum_kernel(8), [], target=TARGET).profile.spill_save_bytes == 0
+
+
+def test_psum_does_not_spill_when_the_kernel_forbids_it() -> None:
+    kernel = nki.jit(psum_kernel(9), spill=False)
+    pattern = rf"^{re.escape(FILE)}:{line_of('psum')}: PSUM is full: .* spilled to SBUF, as the compiler does, unless"
     with pytest.raises(CapacityError, match=pattern):
         nkisim.run(kernel, [], target=TARGET)
 

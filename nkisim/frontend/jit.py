@@ -389,7 +389,7 @@ def _with_compiler_liveness(
     try:
         return attempt(plans)
     except CapacityError:
-        if spill:  # what still does not fit when SBUF spills (PSUM, a placed tile): the eager error may be SBUF's
+        if spill:  # what still does not fit when tiles spill (a placed tile): the eager error may be another memory's
             raise
         raise eager_error from None
     except PlanDivergedError:

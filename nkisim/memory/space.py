@@ -144,11 +144,12 @@ class OnChipMemory:
     def spills(self) -> bool:
         """An automatic tile that does not fit goes to the next-tier memory instead of failing.
 
-        So it is for SBUF in a run that allocates by a recorded plan (the compiler's view of
-        the kernel, see :mod:`nkisim.memory.liveness`), unless the plan forbids spilling.
+        So it is (SBUF to device memory, PSUM to SBUF) in a run that allocates by a recorded
+        plan (the compiler's view of the kernel, see :mod:`nkisim.memory.liveness`), unless the
+        plan forbids spilling.
         """
         plan = self.plan
-        return self.name == "sbuf" and plan is not None and not plan.recording and plan.spill
+        return plan is not None and not plan.recording and plan.spill
 
     @property
     def records(self) -> list[TileRecord] | None:
@@ -341,7 +342,9 @@ _SPILL_RULE = {
     "sbuf": "An automatic SBUF tile that does not fit even with tiles freed after their last use is spilled to "
     "device memory, as the compiler does, unless the kernel forbids it (nki.jit(spill=False)); tiles placed "
     "with address= never spill",
-    "psum": "PSUM tiles are not spilled: a kernel's live PSUM tiles must fit as written",
+    "psum": "An automatic PSUM tile that does not fit even with tiles freed after their last use is spilled to "
+    "SBUF, as the compiler does, unless the kernel forbids it (nki.jit(spill=False)); tiles placed with "
+    "address= never spill",
 }
 
 

@@ -1,11 +1,11 @@
 """The memories of one NeuronCore, and the creation of tensors in them.
 
-Spilling: in a run that allocates by a recorded plan, an automatic SBUF tile that does not
-fit even with tiles freed after their last use is placed in a spill store of its own, the
-next-tier memory (device memory) that the compiler spills SBUF to. The store has SBUF's
-partition layout, so the tile is an SBUF tile to the kernel (``buffer`` is ``nl.sbuf``)
-with the same views and values; the machine adds the refill and save transfers its
-instructions cost (:mod:`nkisim.sim.machine`).
+Spilling: in a run that allocates by a recorded plan, an automatic SBUF or PSUM tile that
+does not fit even with tiles freed after their last use is placed in a spill store of its
+own, standing for the next-tier memory the compiler spills it to (device memory for SBUF,
+SBUF for PSUM). The store has the memory's partition layout, so the tile is an SBUF or PSUM
+tile to the kernel (its ``buffer`` is unchanged) with the same views and values; the machine
+adds the refill and save transfers its instructions cost (:mod:`nkisim.sim.machine`).
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ class MemorySystem:
         self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
         #: Called with each new on-chip tensor and whether it was placed at an explicit address.
         self.on_allocate: Callable[[Tensor, bool], None] | None = None
-        #: The spill stores of this run's spilled SBUF tiles, by storage uid.
+        #: The spill stores of this run's spilled SBUF and PSUM tiles, by storage uid.
         self.spilled: dict[int, Storage] = {}
-        #: Called with each spilled tile, the SBUF bytes per partition free when it did not fit,
+        #: Called with each spilled tile, the bytes per partition of its memory free when it did not fit,
         #: and the kernel line that allocated it.
         self.on_spill: Callable[[Tensor, int, SourceLoc | None], None] | None = None
         #: Told of every event that sets values outside an instruction, while a program is being recorded.

@@ -158,19 +158,20 @@ class Checker:
             self._bytes_of(tensor)[...] = 0
 
     def spilled(self, tensor: Tensor, free: int, loc: SourceLoc | None) -> None:
-        """A new SBUF tile did not fit and was spilled to device memory: a performance warning at its line."""
+        """A new tile did not fit and was spilled to the next-tier memory: a performance warning at its line."""
         if loc is None:
             return
-        config = self.hw.sbuf
+        memory = tensor.storage.kind
+        config, tier = (self.hw.psum, "SBUF") if memory == "psum" else (self.hw.sbuf, "device memory")
         nbytes = tensor.storage.row_bytes
         self.report(
             "warning",
             "spill",
             loc,
             "",
-            f"SBUF tile {tensor.name!r} {dtype_name(tensor.dtype)}[{', '.join(map(str, tensor.shape))}] needs {nbytes} "
-            f"bytes per partition but {free} of {config.bytes_per_partition} are free, even with tiles freed after "
-            "their last use; it is spilled to device memory: every read of it waits for a spill_reload DMA and "
+            f"{memory.upper()} tile {tensor.name!r} {dtype_name(tensor.dtype)}[{', '.join(map(str, tensor.shape))}] "
+            f"needs {nbytes} bytes per partition but {free} of {config.bytes_per_partition} are free, even with tiles "
+            f"freed after their last use; it is spilled to {tier}: every read of it waits for a spill_reload DMA and "
             "every write is followed by a spill_save DMA (the DMA spill queue)",
         )
 

@@ -14,10 +14,11 @@ record. :meth:`Machine.issue` then does, in this order:
 7. **schedule**: place it on its engine's or DMA queue's timeline, after the spec's
    ``synchronise`` hook (if any) has met the other cores of a multi-core launch.
 
-An operand in a spilled SBUF tile (:mod:`nkisim.memory.system`) adds the compiler's spill
-traffic around the instruction: before it, a ``spill_reload`` DMA of the bytes it reads
-from the tile (device memory to SBUF), which it waits for; after it, a ``spill_save`` DMA
-of the bytes it writes (SBUF to device memory), which later reads of those bytes wait for.
+An operand in a spilled SBUF or PSUM tile (:mod:`nkisim.memory.system`) adds the compiler's
+spill traffic around the instruction: before it, a ``spill_reload`` DMA of the bytes it reads
+from the tile (from the next-tier memory: device memory for SBUF, SBUF for PSUM), which it
+waits for; after it, a ``spill_save`` DMA of the bytes it writes back to that memory, which
+later reads of those bytes wait for.
 Both run on the spill queue (:data:`~nkisim.sim.scheduler.SPILL_TRACK`) and appear on the
 timeline with the instruction's kernel line.
 
@@ -258,17 +259,21 @@ class Machine:
         """Place the refills of the spilled bytes the instruction reads; keep the saves of those it writes.
 
         One transfer per operand view in a spilled tile, of the view's bytes (elements x item size),
-        costed as a DMA between device memory and SBUF over the engines serving its partitions.
+        costed as a DMA over the engines serving its partitions: between device memory and SBUF
+        for an SBUF tile, between SBUF and PSUM for a PSUM tile (our estimate of the compiler's copy).
         """
         spilled = self.memory.spilled
         for _, t in reads:
             if t.storage.uid in spilled:
-                cost = dma_cost(self.hw, t.size * t.itemsize, views=(t,), hbm=True)
-                refill = self.scheduler.schedule_spill("spill_reload", cost, [t.region], [], loc, ())
+                refill = self.scheduler.schedule_spill("spill_reload", self._spill_cost(t), [t.region], [], loc, ())
                 self._pending_after.append(refill)
         for _, t in writes:
             if t.storage.uid in spilled:
-                self._pending_saves.append((dma_cost(self.hw, t.size * t.itemsize, views=(t,), hbm=True), t.region))
+                self._pending_saves.append((self._spill_cost(t), t.region))
+
+    def _spill_cost(self, t: Tensor) -> Cost:
+        """The transfer of a spilled view's bytes to or from its next-tier memory (device memory for SBUF)."""
+        return dma_cost(self.hw, t.size * t.itemsize, views=(t,), hbm=t.storage.kind == "sbuf")
 
     def _save_spilled(self, index: int, loc: SourceLoc) -> None:
         """Place the spill saves of instruction ``index``: each starts after it and writes the spilled bytes."""
