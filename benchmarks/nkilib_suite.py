@@ -302,9 +302,16 @@ def run_suite(
         record["tests"] = [r for r in old["tests"] if not _in_families(r["family"], families)] + rows
         record["wall_s"] = old["wall_s"]
         record["families"] = old.get("families", [])
-        record["reruns"] = [*old.get("reruns", []), {"families": families, "wall_s": round(wall, 1)}]
+        rerun: dict[str, object] = {"families": families, "wall_s": round(wall, 1)}
+        if proc.returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
+            rerun["interrupted_after"] = len(rows)
+        record["reruns"] = [*old.get("reruns", []), rerun]
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+#: pytest's exit code when the run was interrupted (Ctrl-C, SIGINT): its junit file holds the tests finished.
+INTERRUPTED = 2
 
 
 def results_path(target: str, everything: bool) -> Path:
@@ -401,7 +408,12 @@ def write_doc(path: Path = DOC) -> None:
         reruns = record.get("reruns", [])
         if record["subset"] == "all" and record.get("families"):  # made a few families at a time
             runs = [{"families": record["families"], "wall_s": record["wall_s"]}, *reruns]
-            made = "; ".join(f"{', '.join(run['families'])} ({run['wall_s']} s)" for run in runs)
+            made = "; ".join(
+                f"{', '.join(run['families'])} ({run['wall_s']} s"
+                + (f", interrupted after {run['interrupted_after']} tests" if "interrupted_after" in run else "")
+                + ")"
+                for run in runs
+            )
             out += [f"Run family by family (2 cores, `-n 2`, wall time){commit}: {made}.", ""]
             reruns = []
         else:

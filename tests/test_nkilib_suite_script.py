@@ -77,13 +77,16 @@ def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall
         "run_all": True,
         "wall_s": 12.5,
         "families": ["core/max"],
-        "reruns": [{"families": ["core/cumsum"], "wall_s": 3.0}],
-        "tests": [row, {**row, "family": "core/cumsum"}],
+        "reruns": [
+            {"families": ["core/cumsum"], "wall_s": 3.0},
+            {"families": ["core/qkv"], "wall_s": 7200.0, "interrupted_after": 1},
+        ],
+        "tests": [row, {**row, "family": "core/cumsum"}, {**row, "family": "core/qkv"}],
     }
     (tmp_path / "trn2-all.json").write_text(json.dumps(record))
     doc = tmp_path / "doc.md"
     suite.write_doc(doc)
     text = doc.read_text()
     assert "## trn2 (all subset, large shapes included)" in text
-    assert "core/max (12.5 s); core/cumsum (3.0 s)." in text
+    assert "core/max (12.5 s); core/cumsum (3.0 s); core/qkv (7200.0 s, interrupted after 1 tests)." in text
     assert "Re-run after fixes" not in text
