@@ -323,6 +323,28 @@ def test_plugin_installs_before_conftest_and_cleans_up(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*nkisim.compat.nkilib*"])
 
 
+def test_nki_dtype_is_the_type_of_the_data_types_and_names_them(pytester: pytest.Pytester):
+    """As in the suite's simulation setup, ``nki.dtype`` is in sys.modules; the import reads the attribute."""
+    pytester.makeconftest("import sys, types\nsys.modules['nki.dtype'] = types.ModuleType('nki.dtype')\n")
+    pytester.makepyfile(
+        textwrap.dedent(
+            """
+            import ml_dtypes
+            import numpy as np
+            import nki
+            import nki.dtype as nt
+            import nki.language as nl
+
+            def test_dtype():
+                assert nt.float8_e4m3 == nl.float8_e4m3 and nt.bfloat16 == np.dtype(ml_dtypes.bfloat16)
+                assert isinstance(nl.float32, nki.dtype) and not isinstance("float32", nki.dtype)
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("-p", "nkisim.compat.nkilib", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
 def test_plugin_skips_trace_only_tests(pytester: pytest.Pytester):
     pytester.makeini("[pytest]\nmarkers =\n    trace_only: x\n")
     pytester.makepyfile("import pytest\n\n@pytest.mark.trace_only\ndef test_t():\n    raise AssertionError\n")
