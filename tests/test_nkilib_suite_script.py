@@ -90,3 +90,36 @@ def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall
     assert "## trn2 (all subset, large shapes included)" in text
     assert "core/max (12.5 s); core/cumsum (3.0 s); core/qkv (7200.0 s, interrupted after 1 tests)." in text
     assert "Re-run after fixes" not in text
+
+
+def test_a_rerun_selects_recorded_failures_by_pattern_and_names_their_pytest_nodes(tmp_path):
+    import json
+
+    def row(test_id, family, outcome, message=""):
+        return {"id": test_id, "family": family, "outcome": outcome, "message": message}
+
+    cls = "integration.nkilib.core.qkv.test_qkv_cte.TestQkvCteKernel"
+    rows = [
+        row(f"{cls}::test_a[1-2]", "core/qkv", "failed", "AttributeError: no attribute 'float8_e4m3'"),
+        row(f"{cls}::test_b[3]", "core/qkv", "failed", "Failed: Timeout (>150.0s)"),
+        row(f"{cls}::test_c", "core/qkv", "passed"),
+        row("integration.nkilib.core.max.test_max.T::test_d", "core/max", "failed", "no attribute 'float8_e4m3'"),
+        row("::integration.nkilib.core.qkv.test_qkv_tkg", "core/qkv", "error", "collection failure"),
+    ]
+    path = tmp_path / "trn2-all.json"
+    path.write_text(json.dumps({"tests": rows}))
+    assert suite.rerun_ids(path, ["core/qkv"], "float8_e4m3") == [f"{cls}::test_a[1-2]"]
+    assert suite.rerun_ids(path, ["core/qkv"], "Timeout|collection") == [
+        f"{cls}::test_b[3]",
+        "::integration.nkilib.core.qkv.test_qkv_tkg",
+    ]
+    checkout = Path("/lib")
+    assert suite.node_id(checkout, f"{cls}::test_a[1-2]") == (
+        "/lib/test/integration/nkilib/core/qkv/test_qkv_cte.py::TestQkvCteKernel::test_a[1-2]"
+    )
+    assert suite.node_id(checkout, "integration.nkilib.core.max.test_max::test_e") == (
+        "/lib/test/integration/nkilib/core/max/test_max.py::test_e"
+    )
+    assert suite.node_id(checkout, "::integration.nkilib.core.qkv.test_qkv_tkg") == (
+        "/lib/test/integration/nkilib/core/qkv/test_qkv_tkg.py"
+    )
