@@ -88,6 +88,12 @@ TRIAGE: list[tuple[str, str, str]] = [
         "test does not exclude trn1",
     ),
     (
+        r"output_proj_cte_\w+_sweep\[invalid_.*crashed while running",
+        "nkisim",
+        "negative configurations (invalid_*, which the kernel should reject) grew the xdist worker to 19-23 GB "
+        "until the OOM killer stopped it (dmesg); not diagnosed yet, so counted as nkisim's",
+    ),
+    (
         r"crashed while running|node down|Not properly terminated",
         "memory",
         "the xdist worker was killed for memory (24 GB machine, two workers at once). Measured with memray on "
@@ -417,7 +423,7 @@ def skip_counts(rows: list[dict[str, str]]) -> Counter:
 
 def _rate(c: Counter) -> str:
     ran = c["passed"] + c["failed"] + c["error"]
-    return f"{100 * c['passed'] / ran:.0f}%" if ran else "-"
+    return f"{100 * c['passed'] / ran:.1f}%" if ran else "-"  # one decimal: 94.7% must not read as 95%
 
 
 def write_doc(path: Path = DOC) -> None:
