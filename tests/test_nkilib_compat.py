@@ -565,3 +565,12 @@ def test_shared_identity_matrix_is_an_sbuf_tile(target: str):
 
     with pytest.raises(nkisim.ShapeError, match=r"dst must be an SBUF \[8, 8\] tile"):
         nkisim.run(bad, target=target)
+
+
+def test_nki_dtype_checks_against_numpy_dtypes_in_process():
+    import nkisim.nki as nki
+    import nkisim.nki.language as nl
+
+    assert isinstance(nl.bfloat16, nki.dtype) and issubclass(type(nl.float32), nki.dtype)
+    assert not isinstance(np.float32, nki.dtype) and not issubclass(int, nki.dtype)
+    assert nki.dtype.float8_e4m3 == nl.float8_e4m3 and nki.dtype.int32 == np.dtype(np.int32)
