@@ -19,6 +19,8 @@ prints the summary without rewriting the document.
 
 ``--rerun PATTERN`` (with ``--families``) runs again only the recorded failures and errors of
 those families whose "id: message" matches PATTERN, after a fix, and replaces just their outcomes.
+``--resume`` (with ``--families``) runs only the tests of those families that have no recorded
+outcome yet, after an interrupted run, and adds theirs.
 
 The script sets the suite's ``NKILIB_SIMULATION_RUN_ALL=1``, so that simulation mode runs the
 shapes the suite would otherwise skip as slow (every name containing 4096, 8192 or 16384);
@@ -89,9 +91,13 @@ TRIAGE: list[tuple[str, str, str]] = [
     ),
     (
         r"output_proj_cte_\w+_sweep\[invalid_.*crashed while running",
-        "nkisim",
-        "negative configurations (invalid_*, which the kernel should reject) grew the xdist worker to 19-23 GB "
-        "until the OOM killer stopped it (dmesg); not diagnosed yet, so counted as nkisim's",
+        "memory",
+        "negative configurations (B*S over the kernel's documented 131072, which the kernel rejects in its "
+        "first checks) whose inputs the suite generates before the kernel runs: np.random.random_sample draws "
+        "float64, then casts to bf16, float32 and bf16 again. Measured alone (ru_maxrss) for "
+        "B=3, S=13097, N=17, D=116, the generator peaks at 1.36 GB for a 0.155 GB input; scaled to the crashed "
+        "B=57 that is ~26 GB, and 19-20 GB for the [84-13097-838-12-81] and [98-12043-478-*] members, more "
+        "than this 24 GB machine holds before nkisim runs",
     ),
     (
         r"crashed while running|node down|Not properly terminated",
@@ -244,12 +250,14 @@ def run_suite(
     timeout: int = 0,
     run_all: bool = True,
     rerun: str = "",
+    resume: bool = False,
 ) -> dict:
     """Run the suite for one target; returns the recorded result.
 
     ``run_all`` sets the suite's ``NKILIB_SIMULATION_RUN_ALL=1``, so that it runs its large shapes too.
     ``rerun`` (a regular expression) runs again only the recorded failures and errors of ``families``
-    whose "id: message" it matches, after a fix, and replaces just their outcomes.
+    whose "id: message" it matches, after a fix, and replaces just their outcomes. ``resume`` runs only
+    the tests of ``families`` that have no recorded outcome yet (after an interrupted run) and adds theirs.
     """
     needed = [*SUITE_DEPS, ("pytest_timeout", "pytest-timeout")] if timeout else list(SUITE_DEPS)
     missing = [package for module, package in needed if importlib.util.find_spec(module) is None]
@@ -269,6 +277,7 @@ def run_suite(
         if not again:
             sys.exit(f"no recorded failure of {families} matches {rerun!r}")
         paths = [node_id(checkout, test_id) for test_id in again]
+    done = recorded_ids(results_path(target, everything), families) if resume else []
     junit = RESULTS / f".{target}.xml"
     junit.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -290,6 +299,7 @@ def run_suite(
         "--tb=line",
         "--nkisim-prune-all-artifacts",  # the suite writes every test's inputs and outputs: ~80 GB for a run
     ]
+    cmd += [f"--deselect={node_id(checkout, test_id)}" for test_id in done]
     if not everything:
         cmd += ["-m", "fast"]
     if workers > 1:
@@ -323,18 +333,34 @@ def run_suite(
     path = results_path(target, everything)
     if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
         old = json.loads(path.read_text())
-        replaced = (lambda r: r["id"] in again) if again else (lambda r: _in_families(r["family"], families))
+        if again:
+            replaced = lambda r: r["id"] in again  # noqa: E731
+        elif done:
+            new_ids = {row["id"] for row in rows}
+            replaced = lambda r: r["id"] in new_ids  # noqa: E731
+        else:
+            replaced = lambda r: _in_families(r["family"], families)  # noqa: E731
         record["tests"] = [r for r in old["tests"] if not replaced(r)] + rows
         record["wall_s"] = old["wall_s"]
         record["families"] = old.get("families", [])
         rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1)}
         if again:
             rerun_entry["tests"] = len(again)
+        if done:
+            rerun_entry["resumed_after"] = len(done)
         if proc.returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
             rerun_entry["interrupted_after"] = len(rows)
         record["reruns"] = [*old.get("reruns", []), rerun_entry]
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def recorded_ids(path: Path, families: list[str]) -> list[str]:
+    """The tests of ``families`` with a recorded outcome (collection errors aside: those files run again)."""
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text())["tests"]
+    return [r["id"] for r in rows if _in_families(r["family"], families) and not r["id"].startswith("::")]
 
 
 def rerun_ids(path: Path, families: list[str], pattern: str) -> list[str]:
@@ -464,6 +490,7 @@ def write_doc(path: Path = DOC) -> None:
                 f"{', '.join(run['families'])} ({run['wall_s']} s"
                 + (f", interrupted after {run['interrupted_after']} tests" if "interrupted_after" in run else "")
                 + (f", a re-run of {run['tests']} recorded failures after a fix" if "tests" in run else "")
+                + (f", resumed after the {run['resumed_after']} tests recorded" if "resumed_after" in run else "")
                 + ")"
                 for run in runs
             )
@@ -542,6 +569,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PATTERN",
         help="with --families: run again only the recorded failures whose 'id: message' matches PATTERN",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --families: run only the tests of those families not recorded yet (after an interrupted run)",
+    )
     parser.add_argument("--doc-only", action="store_true", help="rewrite the document from recorded results")
     parser.add_argument("--no-doc", action="store_true", help="print the summary only; leave the document as it is")
     args = parser.parse_args(argv)
@@ -549,8 +581,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.checkout is None or not (args.checkout / "test" / "integration").is_dir():
             parser.error("give the path of an nki-library checkout (with test/integration)")
         families = [f for f in args.families.split(",") if f]
-        if args.rerun and not families:
-            parser.error("--rerun needs --families")
+        if (args.rerun or args.resume) and not families:
+            parser.error("--rerun and --resume need --families")
         for target in args.target.split(","):
             record = run_suite(
                 args.checkout.resolve(),
@@ -561,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.timeout,
                 not args.suite_shape_skip,
                 args.rerun,
+                args.resume,
             )
             print_summary(record)
     if not args.no_doc:

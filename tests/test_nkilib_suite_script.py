@@ -123,3 +123,51 @@ def test_a_rerun_selects_recorded_failures_by_pattern_and_names_their_pytest_nod
     assert suite.node_id(checkout, "::integration.nkilib.core.qkv.test_qkv_tkg") == (
         "/lib/test/integration/nkilib/core/qkv/test_qkv_tkg.py"
     )
+
+
+def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(tmp_path, monkeypatch):
+    import json
+    import subprocess
+
+    cls = "integration.nkilib.core.output_projection.test_output_proj_cte.TestOutputProjCteKernel"
+    checkout = tmp_path / "lib"
+    (checkout / "test" / "integration" / "nkilib" / "core" / "output_projection").mkdir(parents=True)
+    monkeypatch.setattr(suite, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(suite, "SUITE_DEPS", [])
+    (tmp_path / "results").mkdir()
+    old = [
+        {"id": f"{cls}::test_a[1]", "family": "core/output_projection", "outcome": "passed", "message": ""},
+        {"id": f"{cls}::test_a[2]", "family": "core/output_projection", "outcome": "failed", "message": "x"},
+        {"id": "integration.nkilib.core.max.test_max.T::test_m", "family": "core/max", "outcome": "passed"},
+    ]
+    path = suite.results_path("trn2", True)
+    path.write_text(json.dumps({"tests": old, "wall_s": 10.0, "families": ["core/output_projection"]}))
+    commands = []
+
+    def fake_run(cmd, **kwargs):
+        if cmd[0] == "git":
+            return subprocess.CompletedProcess(cmd, 0, stdout="abc123\n")
+        commands.append(cmd)
+        junit = next(arg for arg in cmd if arg.startswith("--junitxml=")).split("=", 1)[1]
+        Path(junit).write_text(
+            '<testsuites><testsuite name="pytest">'
+            f'<testcase classname="{cls}" name="test_a[3]" time="2.0"/>'
+            "</testsuite></testsuites>"
+        )
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(suite.subprocess, "run", fake_run)
+    record = suite.run_suite(checkout, "trn2", 2, True, ["core/output_projection"], resume=True)
+    module = checkout / "test/integration/nkilib/core/output_projection/test_output_proj_cte.py"
+    deselected = [arg for arg in commands[0] if arg.startswith("--deselect=")]
+    assert deselected == [
+        f"--deselect={module}::TestOutputProjCteKernel::test_a[1]",
+        f"--deselect={module}::TestOutputProjCteKernel::test_a[2]",
+    ]
+    assert [(r["id"].rsplit("::", 1)[1], r["outcome"]) for r in record["tests"]] == [
+        ("test_a[1]", "passed"),
+        ("test_a[2]", "failed"),
+        ("test_m", "passed"),
+        ("test_a[3]", "passed"),
+    ]
+    assert record["reruns"][-1]["resumed_after"] == 2
