@@ -167,6 +167,16 @@ TRIAGE: list[tuple[str, str, str]] = [
         "so which configuration meets a tie changes from run to run)",
     ),
     (
+        r"fp8_kv_cache_quantization\[.*Validation failed for \['[kv]_cache'\]",
+        "suite",
+        "one fp8 step at rounding ties the golden does not model: the kernel rounds Q/K/V to bf16 in SBUF, then "
+        "multiplies by reciprocal(scale) into float8_e4m3, while the golden divides the float32 product by the "
+        "scale. With scale 2.5 many bf16 values land on a tie between two fp8 values. Checked on a failing draw "
+        "(the test's generator is a default argument shared by every test in the process, so its data depend on "
+        "which tests ran before): every v_cache element equals bf16(v) * f32(1/2.5) rounded to fp8; 4,271 of "
+        "131,072 differ from the golden by one fp8 step, 1,061 of them by more than the 10% tolerance",
+    ),
+    (
         r"Timeout \(?>",
         "timeout",
         "the test exceeded the per-test time limit (--timeout) on a 2-core machine shared with other runs; not a "
