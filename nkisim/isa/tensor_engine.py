@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from nkisim.errors import DtypeError, OperandError, ShapeError
@@ -13,6 +14,7 @@ from nkisim.isa.enums import matmul_perf_mode
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction, require
 from nkisim.isa.vector import per_element_cost
 from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_float8, to_dtype
+from nkisim.memory.dtypes import is_tfloat32
 
 _FP32 = to_dtype("float32")
 
@@ -201,23 +203,55 @@ def _accumulate(dst: Tensor, product: np.ndarray, accumulate: bool | None = None
     ``None`` infers it per byte, as the compiler does per tile: add where this tile's
     own matmuls wrote before, overwrite bytes never written by a matmul through this
     tile (fresh ones, or ones another tile at the same address wrote).
+    A float32 ``dst`` of two dims is one compiled pass (:func:`accumulate_f32`); the
+    others take :func:`accumulate_reference`, which gives the same bits.
     """
     owners_storage = dst.storage.acc_flags
     assert owners_storage is not None
     owners = np.ndarray(dst.shape, np.int64, owners_storage, dst.byte_offset * 8, _owner_strides(dst))
     product = product.reshape(dst.shape)
+    if dst.array.ndim == 2 and dst.dtype == _FP32 and not is_tfloat32(dst.dtype) and product.dtype == _FP32:
+        mode = _INFER if accumulate is None else _ADD if accumulate else _OVERWRITE
+        accumulate_f32(dst.array, owners, product, dst.uid, mode)
+        return
+    accumulate_reference(dst.array, owners, product, dst.uid, accumulate)
+
+
+_INFER, _ADD, _OVERWRITE = 0, 1, 2
+
+
+@numba.njit(cache=True, nogil=True)
+def accumulate_f32(dst: np.ndarray, owners: np.ndarray, product: np.ndarray, uid: int, mode: int) -> None:
+    """:func:`accumulate_reference` for float32 ``dst`` and ``product`` in one pass (``mode``: 0 infer, 1 add,
+    2 overwrite)."""
+    rows, cols = dst.shape
+    for r in range(rows):
+        for c in range(cols):
+            if mode == _ADD or (mode == _INFER and owners[r, c] == uid):
+                dst[r, c] = dst[r, c] + product[r, c]
+            else:
+                dst[r, c] = product[r, c]
+            owners[r, c] = uid
+
+
+def accumulate_reference(
+    dst: np.ndarray, owners: np.ndarray, product: np.ndarray, uid: int, accumulate: bool | None
+) -> None:
+    """The PSUM write in numpy: add onto ``dst`` (float32 math, cast to its dtype) where ``accumulate`` is True,
+    or, for None, where ``owners`` holds ``uid``; overwrite elsewhere. ``owners`` becomes ``uid``."""
+    current = dst.astype(np.float32, copy=False)
     if accumulate is not None:  # NKI 0.3+: explicit overwrite or accumulate, whatever wrote dst before
-        total = f32(dst) + product if accumulate else product
+        total = current + product if accumulate else product
     else:
-        mine = owners == dst.uid
+        mine = owners == uid
         if not mine.any():
             total = product
         elif mine.all():
-            total = f32(dst) + product
+            total = current + product
         else:
-            total = np.where(mine, f32(dst) + product, product)
-    dst.array[...] = cast(total, dst.dtype)
-    owners[...] = dst.uid
+            total = np.where(mine, current + product, product)
+    dst[...] = cast(total, dst.dtype)
+    owners[...] = uid
 
 
 def _owner_strides(dst: Tensor) -> tuple[int, ...]:

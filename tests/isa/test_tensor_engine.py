@@ -437,3 +437,37 @@ def test_fresh_psum_tiles_start_over_in_a_loop():
     got = run_kernel(kernel, [*ss, *ms])
     for i in range(iters):
         assert_matmul_close(got[i], [(ss[i], ms[i]), (ss[i], ms[i])])
+
+
+@given(
+    rows=st.integers(1, 128),
+    cols=st.integers(1, 600),
+    mode=st.sampled_from([None, True, False]),
+    mine=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_psum_accumulate_compiled_pass_matches_a_numpy_formula_bit_for_bit(rows, cols, mode, mine, seed):
+    """The one-pass PSUM write adds where the tile's own matmuls wrote (or everywhere, or nowhere)."""
+    from nkisim.isa.tensor_engine import _ADD, _INFER, _OVERWRITE, accumulate_f32, accumulate_reference
+
+    rng = np.random.default_rng(seed)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 3e38], np.float32)
+    # strided like a PSUM tile: rows of a wider storage
+    dst_store = rng.standard_normal((rows, cols + 7)).astype(np.float32)
+    dst_store.flat[rng.integers(0, dst_store.size, 5)] = rng.choice(specials, 5)
+    product = rng.standard_normal((rows, cols)).astype(np.float32)
+    product.flat[rng.integers(0, product.size, 5)] = rng.choice(specials, 5)
+    owners_store = np.where(rng.random((rows, cols + 7)) < mine, 42, rng.integers(0, 41, (rows, cols + 7)))
+    dst, owners = dst_store[:, 3 : 3 + cols], owners_store[:, 3 : 3 + cols]
+    twin_dst, twin_owners = dst.copy(), owners.copy()
+    outside = np.concatenate([dst_store[:, :3], dst_store[:, 3 + cols :]], axis=1).copy()
+    adds = np.full(dst.shape, mode) if mode is not None else owners == 42
+    expected = np.where(adds, dst + product, product)
+
+    accumulate_f32(dst, owners, product, 42, {None: _INFER, True: _ADD, False: _OVERWRITE}[mode])
+    accumulate_reference(twin_dst, twin_owners, product, 42, mode)
+
+    assert_bits_equal(dst, expected)
+    assert_bits_equal(twin_dst, expected)
+    assert (owners == 42).all() and (twin_owners == 42).all()
+    assert_bits_equal(np.concatenate([dst_store[:, :3], dst_store[:, 3 + cols :]], axis=1), outside)
