@@ -12,6 +12,7 @@ from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa.carriers import COPIES, ELEMENTWISE_TENSOR_SCALAR, ELEMENTWISE_TENSOR_TENSOR, REDUCES_DATA
 from nkisim.isa.common import (
+    F32,
     apply_alu,
     as_rows,
     check_alu,
@@ -41,6 +42,7 @@ from nkisim.isa.spec import (
     require,
 )
 from nkisim.memory import Buffer, Tensor, is_integer, to_dtype
+from nkisim.memory.dtypes import is_tfloat32
 
 BF16 = to_dtype("bfloat16")
 FP16 = to_dtype("float16")
@@ -145,6 +147,17 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     if ops.op.is_bitvec:
         result = ops.op.binary(as_rows(ops.data1.array, p), as_rows(ops.data2.array, p))  # type: ignore[misc]
         ops.dst.array[...] = result.astype(ops.dst.dtype).reshape(ops.dst.shape)
+        return
+    dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
+    if (
+        isinstance(ops.op.binary, np.ufunc)
+        and dst.dtype == data1.dtype == data2.dtype == F32
+        and dst.shape == data1.shape == data2.shape
+        and not is_tfloat32(ops.dst.dtype)
+    ):
+        # float32 in and out: the ufunc writes dst directly (numpy orders overlapping operands as if copied)
+        with np.errstate(all="ignore"):
+            ops.op.binary(data1, data2, out=dst)
         return
     write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
 

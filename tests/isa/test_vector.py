@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+import nkisim.nki as nki
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 
@@ -31,10 +32,12 @@ from .conftest import (
     assert_values_equal,
     f32,
     free_shapes,
+    load,
     partitions,
     random_bits,
     random_values,
     ref_cast,
+    run_kernel,
     run_tile,
     seeds,
     small_values,
@@ -549,3 +552,37 @@ def test_tensor_scalar_unary_operators_ignore_operand(shape, op, imm, dtype, tar
     x = f32(data).astype(np.float64)
     expected = np.abs(x) if op == "abs" else 1.0 / x
     np.testing.assert_allclose(got, expected.astype(np.float32), rtol=1e-6, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore::nkisim.CheckWarning")  # overlapping operands on purpose
+@FAST
+@given(
+    op=st.sampled_from(["add", "multiply", "subtract", "maximum", "divide"]),
+    shift=st.integers(-3, 3),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_tensor_float32_in_place_and_overlapping_reads_the_old_values(op, shift, target, seed):
+    """dst over data1 (in place) or shifted along the free dim over it: every input is read before any write."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    y = rng.standard_normal((8, 16)).astype(np.float32)
+    lo, hi = max(shift, 0), 16 + min(shift, 0)
+    width = hi - lo
+
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        xt, yt = load(a), load(b)
+        nisa.tensor_tensor(
+            dst=xt[:, lo - shift : hi - shift], data1=xt[:, lo:hi], data2=yt[:, :width], op=getattr(nl, op)
+        )
+        nisa.dma_copy(dst=out, src=xt)
+        return out
+
+    got = run_kernel(kernel, [x, y], target)
+    fn = {"add": np.add, "multiply": np.multiply, "subtract": np.subtract, "maximum": np.maximum}.get(op, np.divide)
+    expected = x.copy()
+    with np.errstate(all="ignore"):
+        expected[:, lo - shift : hi - shift] = fn(x[:, lo:hi], y[:, :width])
+    assert_bits_equal(got, expected)
