@@ -238,10 +238,42 @@ def tensor_scalar(ops: TensorScalarOps, state: EngineState) -> None:
             result = _bitvec_step(ops.op1, result, ops.operand1, ops.reverse1, p)  # type: ignore[arg-type]
         ops.dst.array[...] = result.astype(ops.dst.dtype).reshape(ops.dst.shape)
         return
+    if _float32_in_place(ops):
+        return
     result = apply_alu(ops.op0, as_rows(f32(ops.data), p), per_partition(ops.operand0, p), ops.reverse0)
     if ops.op1 is not None:
         result = apply_alu(ops.op1, result, per_partition(ops.operand1, p), ops.reverse1)  # type: ignore[arg-type]
     write(ops.dst, result)
+
+
+def _float32_in_place(ops: TensorScalarOps) -> bool:
+    """The float32 case of :func:`tensor_scalar` with numpy ufuncs writing dst directly; False if it does not apply.
+
+    It applies to two-dim float32 data and dst of one shape; operand1 must not share memory with dst (the
+    second step would read what the first wrote, where the instruction reads its operands first).
+    """
+    dst, data = ops.dst.array, ops.data.array
+    op0, op1, operand0, operand1 = ops.op0, ops.op1, ops.operand0, ops.operand1
+    if not (
+        dst.ndim == 2
+        and dst.dtype == data.dtype == F32
+        and dst.shape == data.shape
+        and not is_tfloat32(ops.dst.dtype)
+        and isinstance(op0.binary, np.ufunc)
+        and (op1 is None or isinstance(op1.binary, np.ufunc))
+        and not (isinstance(operand1, Tensor) and np.may_share_memory(operand1.array, dst))
+    ):
+        return False
+    p = ops.data.partitions
+    with np.errstate(all="ignore"):
+        y = per_partition(operand0, p)
+        first, second = (y, data) if ops.reverse0 else (data, y)
+        op0.binary(first, second, out=dst)  # type: ignore[misc]
+        if op1 is not None:
+            y = per_partition(operand1, p)  # type: ignore[arg-type]
+            first, second = (y, dst) if ops.reverse1 else (dst, y)
+            op1.binary(first, second, out=dst)  # type: ignore[misc]
+    return True
 
 
 def _bitvec_step(op: Op, x: np.ndarray, operand: Tensor | float | int, reverse: bool, p: int) -> np.ndarray:

@@ -586,3 +586,44 @@ def test_tensor_tensor_float32_in_place_and_overlapping_reads_the_old_values(op,
     with np.errstate(all="ignore"):
         expected[:, lo - shift : hi - shift] = fn(x[:, lo:hi], y[:, :width])
     assert_bits_equal(got, expected)
+
+
+@pytest.mark.filterwarnings("ignore::nkisim.CheckWarning")  # overlapping operands on purpose
+@FAST
+@given(
+    op0=st.sampled_from(["add", "multiply", "subtract", "divide", "maximum"]),
+    op1=st.sampled_from([None, "add", "subtract", "multiply", "minimum"]),
+    reverse0=st.booleans(),
+    reverse1=st.booleans(),
+    column=st.sampled_from(["scalar", "other", "dst"]),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_scalar_float32_reads_its_operands_before_writing(op0, op1, reverse0, reverse1, column, target, seed):
+    """dst is data (in place); the per-partition operands are a scalar, another tile's column, or dst's own column."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    c = rng.standard_normal((8, 1)).astype(np.float32)
+    fns = {"add": np.add, "multiply": np.multiply, "subtract": np.subtract, "divide": np.divide}
+    fns |= {"maximum": np.maximum, "minimum": np.minimum}
+
+    @nki.jit
+    def kernel(a, col):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        xt, ct = load(a), load(col)
+        operand = {"scalar": 1.75, "other": ct, "dst": xt[:, 3:4]}[column]
+        nisa.tensor_scalar(
+            dst=xt, data=xt, op0=getattr(nl, op0), operand0=operand, reverse0=reverse0,
+            op1=None if op1 is None else getattr(nl, op1), operand1=None if op1 is None else operand,
+            reverse1=reverse1,
+        )  # fmt: skip
+        nisa.dma_copy(dst=out, src=xt)
+        return out
+
+    got = run_kernel(kernel, [x, c], target)
+    y = {"scalar": np.float32(1.75), "other": c, "dst": x[:, 3:4].copy()}[column]
+    with np.errstate(all="ignore"):
+        expected = fns[op0](y, x) if reverse0 else fns[op0](x, y)
+        if op1 is not None:
+            expected = fns[op1](y, expected) if reverse1 else fns[op1](expected, y)
+    assert_bits_equal(got, expected.astype(np.float32))
