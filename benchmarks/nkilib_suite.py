@@ -18,7 +18,8 @@ prints the ``pip install`` line to run. Nothing of the suite is installed. ``--n
 prints the summary without rewriting the document.
 
 ``--rerun PATTERN`` (with ``--families``) runs again only the recorded failures and errors of
-those families whose "id: message" matches PATTERN, after a fix, and replaces just their outcomes.
+those families whose "id: message" matches PATTERN (after a fix, or timeouts with a longer ``--timeout``),
+and replaces just their outcomes.
 ``--resume`` (with ``--families``) runs only the tests of those families that have no recorded
 outcome yet, after an interrupted run, and adds theirs.
 
@@ -356,6 +357,7 @@ def run_suite(
         rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1)}
         if again:
             rerun_entry["tests"] = len(again)
+            rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
         if done:
             rerun_entry["resumed_after"] = len(done)
         if proc.returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
@@ -499,7 +501,12 @@ def write_doc(path: Path = DOC) -> None:
             made = "; ".join(
                 f"{', '.join(run['families'])} ({run['wall_s']} s"
                 + (f", interrupted after {run['interrupted_after']} tests" if "interrupted_after" in run else "")
-                + (f", a re-run of {run['tests']} recorded failures after a fix" if "tests" in run else "")
+                + (f", a re-run of {run['tests']} recorded failures" if "tests" in run else "")
+                + (
+                    (f" with {run['timeout']} s per test" if run.get("timeout") else " after a fix")
+                    if "tests" in run
+                    else ""
+                )
                 + (f", resumed after the {run['resumed_after']} tests recorded" if "resumed_after" in run else "")
                 + ")"
                 for run in runs

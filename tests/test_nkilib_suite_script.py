@@ -80,6 +80,9 @@ def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall
         "reruns": [
             {"families": ["core/cumsum"], "wall_s": 3.0},
             {"families": ["core/qkv"], "wall_s": 7200.0, "interrupted_after": 1},
+            {"families": ["core/qkv"], "wall_s": 80.0, "tests": 19},
+            {"families": ["core/qkv"], "wall_s": 900.0, "tests": 4, "timeout": 900},
+            {"families": ["core/qkv"], "wall_s": 60.0, "resumed_after": 300},
         ],
         "tests": [row, {**row, "family": "core/cumsum"}, {**row, "family": "core/qkv"}],
     }
@@ -88,7 +91,12 @@ def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall
     suite.write_doc(doc)
     text = doc.read_text()
     assert "## trn2 (all subset, large shapes included)" in text
-    assert "core/max (12.5 s); core/cumsum (3.0 s); core/qkv (7200.0 s, interrupted after 1 tests)." in text
+    assert (
+        "core/max (12.5 s); core/cumsum (3.0 s); core/qkv (7200.0 s, interrupted after 1 tests); "
+        "core/qkv (80.0 s, a re-run of 19 recorded failures after a fix); "
+        "core/qkv (900.0 s, a re-run of 4 recorded failures with 900 s per test); "
+        "core/qkv (60.0 s, resumed after the 300 tests recorded)."
+    ) in text
     assert "Re-run after fixes" not in text
 
 
