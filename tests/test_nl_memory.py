@@ -5,8 +5,11 @@ Expected values are numpy formulas written in the tests from the NKI documentati
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nl_reference import (
     BF16,
     FP32,
@@ -318,3 +321,36 @@ def test_bad_dtype_and_expand_dims_axis():
         run_helper(lambda a: nl.expand_dims(a, 0), [x])
     with pytest.raises(OperandError, match="an integer axis"):
         run_helper(lambda a: nl.expand_dims(a, 1.5), [x])
+
+
+@given(
+    n=st.integers(0, 5000),
+    chunk=st.sampled_from([1, 7, 64, 1 << 20]),
+    flip=st.one_of(st.none(), st.integers(0, 4999)),
+    dtype=st.sampled_from([np.float32, np.uint8, ml_dtypes.bfloat16]),
+)
+def test_bytes_differ_compares_every_byte_bit_exactly_in_chunks(n, chunk, flip, dtype):
+    """Against the bytes themselves: a one-bit change anywhere is a difference; NaN equals its own bits."""
+    from nkisim.memory.views import bytes_differ
+
+    rng = np.random.default_rng(n)
+    a = rng.integers(0, 256, n * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype)
+    b = a.copy()
+    if flip is not None and flip < n:
+        b.view(np.uint8)[flip * np.dtype(dtype).itemsize] ^= 1
+    assert bytes_differ(a, b, chunk) == (a.tobytes() != b.tobytes())
+    assert not bytes_differ(a, a.copy(), chunk)
+    assert bytes_differ(a, np.concatenate([a, np.zeros(1, dtype)]), chunk)  # another shape
+    two = np.stack([a, b])[:, ::2]  # not contiguous: the C-order bytes
+    assert bytes_differ(two[0], two[1], chunk) == (two[0].tobytes() != two[1].tobytes())
+
+
+def test_bytes_differ_tells_signed_zeros_and_nan_payloads_apart():
+    from nkisim.memory.views import bytes_differ
+
+    zeros = np.array([0.0, 1.0], np.float32)
+    assert bytes_differ(zeros, np.array([-0.0, 1.0], np.float32))
+    quiet = np.array([np.nan], np.float32)
+    other = np.array([0x7FC00001], np.uint32).view(np.float32)
+    assert bytes_differ(quiet, other) and not bytes_differ(quiet, quiet.copy())
+    assert bytes_differ(np.zeros(4, np.float32), np.zeros(8, np.float16))  # same bytes, another shape

@@ -36,6 +36,7 @@ from nkisim.frontend.validate import collect, translate
 from nkisim.hw import HwConfig
 from nkisim.memory import Buffer, MemorySystem, Tensor
 from nkisim.memory.liveness import TilePlan
+from nkisim.memory.views import bytes_differ
 from nkisim.report import Profile
 from nkisim.sim.checks import Findings
 from nkisim.sim.machine import Budget
@@ -322,7 +323,7 @@ def _write_back(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
         if not (isinstance(original, np.ndarray) and isinstance(tensor, Tensor) and original.flags.writeable):
             continue
         now = np.ascontiguousarray(tensor.array)
-        if original.shape == now.shape and original.tobytes() != now.tobytes():
+        if original.shape == now.shape and bytes_differ(original, now):
             same_size = original.dtype.itemsize == now.dtype.itemsize
             np.copyto(original, now.view(original.dtype) if same_size else now, casting="unsafe")
 

@@ -24,6 +24,7 @@ import numpy as np
 from nkisim.frontend.frameworks import framework_of, from_numpy, to_numpy, write_back
 from nkisim.frontend.jit import Kernel, RunResult, _as_inputs, run
 from nkisim.memory import Tensor
+from nkisim.memory.views import bytes_differ
 
 
 def run_capturing(
@@ -61,19 +62,13 @@ def written_inputs(originals: dict[str, Any], tensors: dict[str, Any]) -> dict[s
     for name, original in originals.items():
         tensor = tensors.get(name)
         if isinstance(tensor, Tensor) and isinstance(original, np.ndarray):
-            if _differs(original, tensor.array):
+            if bytes_differ(original, tensor.array):
                 changed[name] = (original, tensor.array)
         elif isinstance(tensor, (tuple, list)) and isinstance(original, (tuple, list)):
             for i, (o, t) in enumerate(zip(original, tensor)):
-                if isinstance(t, Tensor) and isinstance(o, np.ndarray) and _differs(o, t.array):
+                if isinstance(t, Tensor) and isinstance(o, np.ndarray) and bytes_differ(o, t.array):
                     changed[f"{name}[{i}]"] = (o, t.array)
     return changed
-
-
-def _differs(original: np.ndarray, now: np.ndarray) -> bool:
-    a = np.ascontiguousarray(original)
-    b = np.ascontiguousarray(now)
-    return a.shape != b.shape or a.tobytes() != b.tobytes()
 
 
 class Simulated:

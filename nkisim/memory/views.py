@@ -77,3 +77,23 @@ def region_of(array: np.ndarray, storage: Storage, start: int) -> Region:
         hi = start + row_hi + col_hi + array.itemsize
         r0, r1, b0, b1 = lo // row_bytes, -(-hi // row_bytes), 0, row_bytes
     return Region(storage, r0, r1, b0, b1)
+
+
+#: Bytes compared at a time by :func:`bytes_differ` (its temporary is one such chunk).
+COMPARE_CHUNK = 1 << 20
+
+
+def bytes_differ(a: np.ndarray, b: np.ndarray, chunk: int = COMPARE_CHUNK) -> bool:
+    """True when two arrays differ in shape, in size, or in any byte of their values in C order.
+
+    Bit-exact (NaN payloads, -0.0 against 0.0); contiguous arrays are compared a chunk at a time,
+    without copying either whole.
+    """
+    if a.shape != b.shape or a.nbytes != b.nbytes:
+        return True
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return a.tobytes() != b.tobytes()
+    x, y = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
+    return any(
+        not np.array_equal(x[start : start + chunk], y[start : start + chunk]) for start in range(0, x.size, chunk)
+    )
