@@ -47,6 +47,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from nkilib_triage import RUN_ALL_ENV, skip_reason, triage
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "nkilib_results"
 DOC = ROOT / "docs" / "nkilib-conformance.md"
@@ -63,130 +65,10 @@ SUITE_DEPS = (
     ("boto3", "boto3"),
 )
 OUTCOMES = ("passed", "failed", "error", "skipped")
-#: The suite skips tests with large shapes in simulation mode unless this is "1" (test/utils/simulation_setup.py).
-RUN_ALL_ENV = "NKILIB_SIMULATION_RUN_ALL"
 
-#: Why a test was skipped, by a pattern on its skip message: (pattern, reason). The first match wins.
-SKIP_REASONS: list[tuple[str, str]] = [
-    (
-        r"Skipping slow simulation test",
-        f"suite: its large-shape skip in simulation mode ({RUN_ALL_ENV} not set)",
-    ),
-    (r"trace_only test", "nkisim: a trace_only test needs NKI's compiler tracer, which a simulation run has not"),
-    (r"[Pp]latform|\b[Tt][Rr][Nn]\d\b", "suite: the test excludes this platform"),
-]
-
-#: (pattern on "test id: message", verdict, why). Verdicts: "nkisim" (nkisim is wrong: fixed or to fix),
-#: "unmodelled" (the kernel relies on something nkisim does not model yet), "suite" (the test or its
-#: reference is broken), "timeout" (slower than --timeout), "memory" (the machine ran out of memory).
-#: First match wins.
-TRIAGE: list[tuple[str, str, str]] = [
-    (
-        r"which needs trn2 or trn3|needs NeuronCore-v3 or newer|needs \w+, which trn2 "
-        r"|exceed the 196608 bytes of a SBUF partition",
-        "suite",
-        "the suite runs this kernel on trn1, but the kernel needs NeuronCore-v3 features (an LNC=2 launch, "
-        "tensor_copy on the Scalar Engine, double-row matmul, an indirect DMA transpose, or trn2's larger SBUF "
-        "in its own address plan); nkisim rejects it with the generation named, as the compiler would, and the "
-        "test does not exclude trn1",
-    ),
-    (
-        r"output_proj_cte_\w+_sweep\[invalid_.*crashed while running",
-        "memory",
-        "negative configurations (B*S over the kernel's documented 131072, which the kernel rejects in its "
-        "first checks) whose inputs the suite generates before the kernel runs: np.random.random_sample draws "
-        "float64, then casts to bf16, float32 and bf16 again. Measured alone (ru_maxrss) for "
-        "B=3, S=13097, N=17, D=116, the generator peaks at 1.36 GB for a 0.155 GB input; scaled to the crashed "
-        "B=57 that is ~26 GB, and 19-20 GB for the [84-13097-838-12-81] and [98-12043-478-*] members, more "
-        "than this 24 GB machine holds before nkisim runs",
-    ),
-    (
-        r"crashed while running|node down|Not properly terminated",
-        "memory",
-        "the xdist worker was killed for memory (24 GB machine, two workers at once). Measured with memray on "
-        "smaller members of the same families, the peaks are the suite's own: rmsnorm-quant [32768, 16384] peaks "
-        "at 17.4 GB in its golden and np.isclose comparison, while the whole simulation phase holds 6.7 GB; "
-        "cross-entropy forward B=4, T=8192, V=32128 peaks at 10.7 GB generating its inputs, the simulation phase "
-        "4.7 GB (nkisim's own share is about one copy of the inputs); the crashed configurations are 2-4 times "
-        "larger. Not a wrong result: they need a larger machine or -n 1",
-    ),
-    (
-        r"sbuf\d* bfloat16\[64, 65535\]",
-        "suite",
-        "the configuration breaks the kernel's own documented limit: test_cross_entropy_backward.py states that "
-        "tensor_tensor's two chunk buffers need 2 x CS x dtype bytes <= 229,376 per partition (bf16: CS <= 57,344, "
-        "'use 32768'), and this case runs CS = 65535 in bf16, 262,140 bytes per partition; nkisim's allocator is "
-        "not at fault",
-    ),
-    (
-        r"(PSUM|SBUF) is full",
-        "unmodelled",
-        "these kernels do not fit even after nkisim's compiler-style liveness retry (tiles freed after their last "
-        "use, automatic tiles kept off explicit ones) and SBUF spilling: what remains is PSUM or explicitly placed "
-        "tiles (or a run recorded before spilling was modelled); the compiler packs them tighter than nkisim's "
-        "next-fit allocator (fragmentation, per-instruction placement) - not diagnosed further",
-    ),
-    (
-        r"(PSUM|SBUF) address .* overlaps live",
-        "unmodelled",
-        "an explicitly placed tile overlaps an automatic one that is still used later; the compiler would move the "
-        "automatic tile, which nkisim does only when eager allocation also runs out",
-    ),
-    (
-        r"test_quantize_mx_hw\[",
-        "suite",
-        "the suite's golden (mx_torch_common.quantize_to_mx) computes the OCP sample scale "
-        "2^(floor(log2 amax) - Emax); the nki.isa reference of quantize_mx (2026-07) says the instruction's block "
-        "scale is twice that, 2^(floor(log2 amax) - (Emax - 1)), which nkisim follows: every scale byte is one "
-        "more than the golden's and every value half",
-    ),
-    (
-        r"mlp\.py\W+line \d+.*IndentationError|IndentationError: unexpected indent",
-        "suite",
-        "the checkout's src/nkilib_src/nkilib/core/mlp/mlp.py does not parse (a docstring closed too early, "
-        "nki-library commit d2ad3a5), so every test that imports it fails to collect",
-    ),
-    (
-        r"experimental\.subkernels\.test_topk_reduce: collection failure"
-        r"|No module named 'nkilib_src\.nkilib\.experimental\.subkernels'",
-        "suite",
-        "the test imports nkilib_src.nkilib.experimental.subkernels, a package the checkout does not contain "
-        "(nki-library commit d2ad3a5 has no src/nkilib_src/nkilib/experimental/subkernels)",
-    ),
-    (
-        r"core\.qkv\.test_qkv_tkg: collection failure|name 'Platforms' is not defined",
-        "suite",
-        "test_qkv_tkg.py uses Platforms in a decorator (line 929) without importing it (nki-library commit "
-        "d2ad3a5), so the file raises NameError when collected",
-    ),
-    (
-        r"test_router_topk_sweep\[780-8192-128-8-sigmoid-True-True-False-True-0-1-False-False-True-False\]",
-        "suite",
-        "a tie the fp32 reference breaks: the kernel picks its top 8 with max8/nc_find_index8 on the bf16 sigmoid "
-        "affinities, where experts 21 and 53 of token 205 both round to 0.50390625, and nc_find_index8 returns the "
-        "first occurrence (21); the golden sorts the fp32 logits, where 53 is larger (the test draws T at random, "
-        "so which configuration meets a tie changes from run to run)",
-    ),
-    (
-        r"fp8_kv_cache_quantization\[.*Validation failed for \['[kv]_cache'\]",
-        "suite",
-        "one fp8 step at rounding ties the golden does not model: the kernel rounds Q/K/V to bf16 in SBUF, then "
-        "multiplies by reciprocal(scale) into float8_e4m3, while the golden divides the float32 product by the "
-        "scale. With scale 2.5 many bf16 values land on a tie between two fp8 values. Checked on a failing draw "
-        "(the test's generator is a default argument shared by every test in the process, so its data depend on "
-        "which tests ran before): every v_cache element equals bf16(v) * f32(1/2.5) rounded to fp8; 4,271 of "
-        "131,072 differ from the golden by one fp8 step, 1,061 of them by more than the 10% tolerance",
-    ),
-    (
-        r"Timeout \(?>",
-        "timeout",
-        "the test exceeded the per-test time limit (--timeout) on a 2-core machine shared with other runs; not a "
-        "wrong result. Sampled with py-spy: in rmsnorm-quant [32768, 8192] nkisim is 24% of the test's time, the "
-        "suite's input generator, golden and np.isclose the rest; in the top-k sweeps max8 and the top-8 matching "
-        "were most of it until they became one compiled pass each (test_topk_sweep[1024-5-4058-2048-2]: 148 s, "
-        "then 86 s)",
-    ),
-]
+#: Tests of the whole suite (``--all``) as ``pytest --collect-only`` counts them at nki-library commit d2ad3a5
+#: (trn3; two files fail to collect), for the expected time of a whole run.
+SUITE_TESTS = 10_185
 
 
 def family_of(classname: str) -> str:
@@ -229,22 +111,6 @@ def _short(message: str, limit: int = 400) -> str:
         (line for line in lines if re.search(r"Error|error|assert|mismatch|NaN", line)), lines[0] if lines else ""
     )
     return keep.strip()[:limit]
-
-
-def triage(row: dict[str, str]) -> tuple[str, str]:
-    text = f"{row['id']}: {row['message']}"
-    for pattern, verdict, why in TRIAGE:
-        if re.search(pattern, text):
-            return verdict, why
-    return "untriaged", re.sub(r"\d+", "#", row["message"])  # one group per message shape
-
-
-def skip_reason(row: dict[str, str]) -> str:
-    """Why a skipped test was skipped (:data:`SKIP_REASONS`, else the suite's own message)."""
-    for pattern, reason in SKIP_REASONS:
-        if re.search(pattern, row["message"]):
-            return reason
-    return "suite: " + re.sub(r"\d+", "#", row["message"] or "no reason given")
 
 
 def _commit(checkout: Path) -> str:
@@ -365,6 +231,17 @@ def run_suite(
         record["reruns"] = [*old.get("reruns", []), rerun_entry]
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def expected_time(runs: list[dict], tests: int) -> str:
+    """The whole suite's expected wall time at the rate of the family runs so far (re-runs left out)."""
+    wall = sum(run["wall_s"] for run in runs if "tests" not in run)
+    rate = wall / max(tests, 1)
+    return (
+        f"At the {rate:.1f} s of wall time per test of these runs, the {SUITE_TESTS:,} tests of the whole suite "
+        f"take about {rate * SUITE_TESTS / 3600:.0f} hours per target with `-n 2` on 2 cores (skipped tests "
+        "included; the families not run yet hold the largest MoE and transformer tests)."
+    )
 
 
 def recorded_ids(path: Path, families: list[str]) -> list[str]:
@@ -512,6 +389,7 @@ def write_doc(path: Path = DOC) -> None:
                 for run in runs
             )
             out += [f"Run family by family (2 cores, `-n 2`, wall time){commit}: {made}.", ""]
+            out += [expected_time(runs, len(record["tests"])), ""]
             reruns = []
         else:
             out += [f"Wall time (2 cores, `-n 2`): {record['wall_s']} s for {scope}{commit}.", ""]

@@ -179,3 +179,10 @@ def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(t
         ("test_a[3]", "passed"),
     ]
     assert record["reruns"][-1]["resumed_after"] == 2
+
+
+def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_runs_out():
+    runs = [{"wall_s": 100.0}, {"wall_s": 50.0}, {"wall_s": 999.0, "tests": 3}]
+    text = suite.expected_time(runs, 30)  # 150 s over 30 tests: 5 s a test
+    assert text.startswith(f"At the 5.0 s of wall time per test of these runs, the {suite.SUITE_TESTS:,} tests")
+    assert f"about {round(5.0 * suite.SUITE_TESTS / 3600)} hours per target" in text

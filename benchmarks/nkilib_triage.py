@@ -1,0 +1,151 @@
+"""Why nki-library suite tests fail or are skipped on nkisim: the triage table of ``nkilib_suite.py``.
+
+:data:`TRIAGE` holds a pattern on a failure's "test id: message" and a verdict with its reason, each
+found by running and reading the failing test (see docs/nkilib-conformance.md for the verdicts);
+:data:`SKIP_REASONS` names why tests were skipped. The first matching entry wins.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The suite skips tests with large shapes in simulation mode unless this is "1" (test/utils/simulation_setup.py).
+RUN_ALL_ENV = "NKILIB_SIMULATION_RUN_ALL"
+
+#: Why a test was skipped, by a pattern on its skip message: (pattern, reason). The first match wins.
+SKIP_REASONS: list[tuple[str, str]] = [
+    (
+        r"Skipping slow simulation test",
+        f"suite: its large-shape skip in simulation mode ({RUN_ALL_ENV} not set)",
+    ),
+    (r"trace_only test", "nkisim: a trace_only test needs NKI's compiler tracer, which a simulation run has not"),
+    (r"[Pp]latform|\b[Tt][Rr][Nn]\d\b", "suite: the test excludes this platform"),
+]
+
+#: (pattern on "test id: message", verdict, why). Verdicts: "nkisim" (nkisim is wrong: fixed or to fix),
+#: "unmodelled" (the kernel relies on something nkisim does not model yet), "suite" (the test or its
+#: reference is broken), "timeout" (slower than --timeout), "memory" (the machine ran out of memory).
+#: First match wins.
+TRIAGE: list[tuple[str, str, str]] = [
+    (
+        r"which needs trn2 or trn3|needs NeuronCore-v3 or newer|needs \w+, which trn2 "
+        r"|exceed the 196608 bytes of a SBUF partition",
+        "suite",
+        "the suite runs this kernel on trn1, but the kernel needs NeuronCore-v3 features (an LNC=2 launch, "
+        "tensor_copy on the Scalar Engine, double-row matmul, an indirect DMA transpose, or trn2's larger SBUF "
+        "in its own address plan); nkisim rejects it with the generation named, as the compiler would, and the "
+        "test does not exclude trn1",
+    ),
+    (
+        r"output_proj_cte_\w+_sweep\[invalid_.*crashed while running",
+        "memory",
+        "negative configurations (B*S over the kernel's documented 131072, which the kernel rejects in its "
+        "first checks) whose inputs the suite generates before the kernel runs: np.random.random_sample draws "
+        "float64, then casts to bf16, float32 and bf16 again. Measured alone (ru_maxrss) for "
+        "B=3, S=13097, N=17, D=116, the generator peaks at 1.36 GB for a 0.155 GB input; scaled to the crashed "
+        "B=57 that is ~26 GB, and 19-20 GB for the [84-13097-838-12-81] and [98-12043-478-*] members, more "
+        "than this 24 GB machine holds before nkisim runs",
+    ),
+    (
+        r"crashed while running|node down|Not properly terminated",
+        "memory",
+        "the xdist worker was killed for memory (24 GB machine, two workers at once). Measured with memray on "
+        "smaller members of the same families, the peaks are the suite's own: rmsnorm-quant [32768, 16384] peaks "
+        "at 17.4 GB in its golden and np.isclose comparison, while the whole simulation phase holds 6.7 GB; "
+        "cross-entropy forward B=4, T=8192, V=32128 peaks at 10.7 GB generating its inputs, the simulation phase "
+        "4.7 GB (nkisim's own share is about one copy of the inputs); the crashed configurations are 2-4 times "
+        "larger. Not a wrong result: they need a larger machine or -n 1",
+    ),
+    (
+        r"sbuf\d* bfloat16\[64, 65535\]",
+        "suite",
+        "the configuration breaks the kernel's own documented limit: test_cross_entropy_backward.py states that "
+        "tensor_tensor's two chunk buffers need 2 x CS x dtype bytes <= 229,376 per partition (bf16: CS <= 57,344, "
+        "'use 32768'), and this case runs CS = 65535 in bf16, 262,140 bytes per partition; nkisim's allocator is "
+        "not at fault",
+    ),
+    (
+        r"(PSUM|SBUF) is full",
+        "unmodelled",
+        "these kernels do not fit even after nkisim's compiler-style liveness retry (tiles freed after their last "
+        "use, automatic tiles kept off explicit ones) and SBUF spilling: what remains is PSUM or explicitly placed "
+        "tiles (or a run recorded before spilling was modelled); the compiler packs them tighter than nkisim's "
+        "next-fit allocator (fragmentation, per-instruction placement) - not diagnosed further",
+    ),
+    (
+        r"(PSUM|SBUF) address .* overlaps live",
+        "unmodelled",
+        "an explicitly placed tile overlaps an automatic one that is still used later; the compiler would move the "
+        "automatic tile, which nkisim does only when eager allocation also runs out",
+    ),
+    (
+        r"test_quantize_mx_hw\[",
+        "suite",
+        "the suite's golden (mx_torch_common.quantize_to_mx) computes the OCP sample scale "
+        "2^(floor(log2 amax) - Emax); the nki.isa reference of quantize_mx (2026-07) says the instruction's block "
+        "scale is twice that, 2^(floor(log2 amax) - (Emax - 1)), which nkisim follows: every scale byte is one "
+        "more than the golden's and every value half",
+    ),
+    (
+        r"mlp\.py\W+line \d+.*IndentationError|IndentationError: unexpected indent",
+        "suite",
+        "the checkout's src/nkilib_src/nkilib/core/mlp/mlp.py does not parse (a docstring closed too early, "
+        "nki-library commit d2ad3a5), so every test that imports it fails to collect",
+    ),
+    (
+        r"experimental\.subkernels\.test_topk_reduce: collection failure"
+        r"|No module named 'nkilib_src\.nkilib\.experimental\.subkernels'",
+        "suite",
+        "the test imports nkilib_src.nkilib.experimental.subkernels, a package the checkout does not contain "
+        "(nki-library commit d2ad3a5 has no src/nkilib_src/nkilib/experimental/subkernels)",
+    ),
+    (
+        r"core\.qkv\.test_qkv_tkg: collection failure|name 'Platforms' is not defined",
+        "suite",
+        "test_qkv_tkg.py uses Platforms in a decorator (line 929) without importing it (nki-library commit "
+        "d2ad3a5), so the file raises NameError when collected",
+    ),
+    (
+        r"test_router_topk_sweep\[780-8192-128-8-sigmoid-True-True-False-True-0-1-False-False-True-False\]",
+        "suite",
+        "a tie the fp32 reference breaks: the kernel picks its top 8 with max8/nc_find_index8 on the bf16 sigmoid "
+        "affinities, where experts 21 and 53 of token 205 both round to 0.50390625, and nc_find_index8 returns the "
+        "first occurrence (21); the golden sorts the fp32 logits, where 53 is larger (the test draws T at random, "
+        "so which configuration meets a tie changes from run to run)",
+    ),
+    (
+        r"fp8_kv_cache_quantization\[.*Validation failed for \['[kv]_cache'\]",
+        "suite",
+        "one fp8 step at rounding ties the golden does not model: the kernel rounds Q/K/V to bf16 in SBUF, then "
+        "multiplies by reciprocal(scale) into float8_e4m3, while the golden divides the float32 product by the "
+        "scale. With scale 2.5 many bf16 values land on a tie between two fp8 values. Checked on a failing draw "
+        "(the test's generator is a default argument shared by every test in the process, so its data depend on "
+        "which tests ran before): every v_cache element equals bf16(v) * f32(1/2.5) rounded to fp8; 4,271 of "
+        "131,072 differ from the golden by one fp8 step, 1,061 of them by more than the 10% tolerance",
+    ),
+    (
+        r"Timeout \(?>",
+        "timeout",
+        "the test exceeded the per-test time limit (--timeout) on a 2-core machine shared with other runs; not a "
+        "wrong result. Sampled with py-spy: in rmsnorm-quant [32768, 8192] nkisim is 24% of the test's time, the "
+        "suite's input generator, golden and np.isclose the rest; in the top-k sweeps max8 and the top-8 matching "
+        "were most of it until they became one compiled pass each (test_topk_sweep[1024-5-4058-2048-2]: 148 s, "
+        "then 86 s)",
+    ),
+]
+
+
+def triage(row: dict[str, str]) -> tuple[str, str]:
+    text = f"{row['id']}: {row['message']}"
+    for pattern, verdict, why in TRIAGE:
+        if re.search(pattern, text):
+            return verdict, why
+    return "untriaged", re.sub(r"\d+", "#", row["message"])  # one group per message shape
+
+
+def skip_reason(row: dict[str, str]) -> str:
+    """Why a skipped test was skipped (:data:`SKIP_REASONS`, else the suite's own message)."""
+    for pattern, reason in SKIP_REASONS:
+        if re.search(pattern, row["message"]):
+            return reason
+    return "suite: " + re.sub(r"\d+", "#", row["message"] or "no reason given")
