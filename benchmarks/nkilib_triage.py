@@ -87,6 +87,24 @@ TRIAGE: list[tuple[str, str, str]] = [
         "more than the golden's and every value half",
     ),
     (
+        r"test_rmsnorm_mx_quantize_tkg\[.*Validation failed for \['out_scale'\]",
+        "suite",
+        "two differences on the golden's side, measured on [128-1-3072-2880]: the test's wrapper writes the scale "
+        "rows 32q+0..3 of each quadrant into a kernel-made HBM tensor and leaves the other 112 rows unwritten, "
+        "which nkisim fills with 0xFF (docs/semantics.md) and the golden expects as 0 (86,016 elements); and the "
+        "written scales are quantize_mx's documented block scale, one more than the golden's OCP scale (as in "
+        "test_quantize_mx_hw), where the golden's float32-to-fp16 rounding crosses a power of two the +1 becomes "
+        "+2, beyond the tolerance",
+    ),
+    (
+        r"KeyError: 'mask_out_hbm'",
+        "suite",
+        "test_gen_mask_tkg.py:422 reads kernel_input['mask_out_hbm'] while its input generator (line 363) names the "
+        "key 'mask_out_hbm.must_alias_input' (nki-library commit d2ad3a5 changed only the reader); the KeyError is "
+        "raised in the test's output descriptor before any simulation. With the key looked up under either name, "
+        "all 117 TestGenMaskTkg tests pass on trn3 with rtol=atol=0",
+    ),
+    (
         r"mlp\.py\W+line \d+.*IndentationError|IndentationError: unexpected indent",
         "suite",
         "the checkout's src/nkilib_src/nkilib/core/mlp/mlp.py does not parse (a docstring closed too early, "

@@ -662,3 +662,13 @@ def test_nki_calls_outside_a_kernel():
         nl.ndarray((128, 4), nl.float32)
     with pytest.raises(KernelError, match="only work inside a kernel"):
         nisa.memset(None, 0)
+
+
+def test_view_needs_a_type_of_the_same_item_size():
+    def kernel(x):
+        tile = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        tile.view(nl.bfloat16)  # @view-size
+
+    pattern = at("view-size") + r".*view\(bfloat16\): its item size 2 differs from float32's 4"
+    with pytest.raises(DtypeError, match=pattern):
+        run(kernel)

@@ -581,3 +581,20 @@ def test_kernel_inputs_report_hbm_in_runs_and_profiles():
     x = rand(4, 8)
     np.testing.assert_array_equal(nkisim.run(_input_buffer, [x]).outputs, x)
     assert nkisim.profile(_input_buffer, [((4, 8), "float32")]).instruction_count == 1
+
+
+def test_view_reads_a_tiles_bytes_as_another_type_of_one_size():
+    """``tile.view(dtype)``: the same bytes, no copy: int32 words read back as float32 bit patterns."""
+
+    def kernel(x):
+        tile = load(x)
+        floats = tile.view(nl.float32)
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=floats)
+        return store(out), floats.shape
+
+    words = RNG.integers(0, 2**31 - 1, (128, 16)).astype(np.int32)
+    words[words % 5 == 0] = 0x3F800000  # 1.0
+    got, shape = nkisim.run(kernel, [words]).outputs
+    np.testing.assert_array_equal(got.view(np.int32), words)
+    assert shape == (128, 16)

@@ -245,3 +245,21 @@ def test_a_compiled_spilling_kernel_replays_as_it_runs(x: np.ndarray, spilled: n
     assert list(replayed.profile.timeline.end_ns) == list(spilled.profile.timeline.end_ns)
     assert replayed.profile.spill_save_bytes == replayed.profile.spill_reload_bytes == TILE_BYTES
     assert [d.check for d in replayed.profile.diagnostics] == ["spill"]
+
+
+def test_a_host_memory_error_in_the_liveness_retry_is_raised_not_the_first_runs_capacity_error():
+    """The retry records tile lifetimes; if the host runs out of memory there, that is what stopped the run."""
+    from nkisim.errors import CapacityError
+    from nkisim.frontend.jit import _with_compiler_liveness
+
+    def recording_run_runs_out_of_host_memory(plans):
+        raise MemoryError("Unable to allocate 4.00 GiB")
+
+    def recording_run_fails_otherwise(plans):
+        raise ValueError("something else")
+
+    eager = CapacityError("SBUF is full: cannot allocate 65536 bytes per partition")
+    with pytest.raises(MemoryError, match="4.00 GiB"):
+        _with_compiler_liveness(recording_run_runs_out_of_host_memory, 1, eager)
+    with pytest.raises(CapacityError, match="SBUF is full"):
+        _with_compiler_liveness(recording_run_fails_otherwise, 1, eager)

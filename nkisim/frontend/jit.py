@@ -382,6 +382,8 @@ def _with_compiler_liveness(
     plans = [TilePlan(recording=True, spill=spill) for _ in range(programs)]
     try:
         attempt(plans)
+    except MemoryError:  # the host ran out of memory: that, not the eager run's error, stopped the run
+        raise
     except Exception:  # the recording run failed in some other way: the eager run's error is the one to show
         raise eager_error from None
     for plan in plans:

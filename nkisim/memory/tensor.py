@@ -178,6 +178,24 @@ class Tensor:
             raise OperandError(f"cannot reshape a non-contiguous view of {self.name} to {list(shape)}")
         return Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self)
 
+    def view(self, dtype: Any) -> Tensor:
+        """The same bytes read as ``dtype`` (``NkiTensor.view``): same shape, no copy.
+
+        nkisim reinterprets between types of one item size only (a packed x4 type and its 32-bit
+        words, float32 and int32, ...); another size raises :class:`~nkisim.errors.DtypeError`.
+        """
+        self.raise_defect()
+        try:
+            dt = to_dtype(dtype)
+        except TypeError as exc:
+            raise DtypeError(f"{self.name}.view: {exc}") from None
+        if dt.itemsize != self.dtype.itemsize:
+            raise DtypeError(
+                f"{self.name}.view({dtype_name(dt)}): its item size {dt.itemsize} differs from "
+                f"{dtype_name(self.dtype)}'s {self.dtype.itemsize}; nkisim reinterprets only between types of one size"
+            )
+        return Tensor(self.array.view(dt), dt, self.buffer, self.name, self.storage, self._base or self, self._start)
+
     def _normalise_index(self, index: Any) -> tuple[Any, ...]:
         items = index if isinstance(index, tuple) else (index,)
         if any(item is Ellipsis for item in items):
