@@ -259,7 +259,7 @@ def test_a_host_memory_error_in_the_liveness_retry_is_raised_not_the_first_runs_
         raise ValueError("something else")
 
     eager = CapacityError("SBUF is full: cannot allocate 65536 bytes per partition")
-    with pytest.raises(MemoryError, match="4.00 GiB"):
+    with pytest.raises(MemoryError, match=r"4\.00 GiB"):
         _with_compiler_liveness(recording_run_runs_out_of_host_memory, 1, eager)
     with pytest.raises(CapacityError, match="SBUF is full"):
         _with_compiler_liveness(recording_run_fails_otherwise, 1, eager)
