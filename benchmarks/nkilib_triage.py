@@ -97,6 +97,16 @@ TRIAGE: list[tuple[str, str, str]] = [
         "+2, beyond the tolerance",
     ),
     (
+        r"\.ap: partition step \d+ must be \d+, the elements per partition of Tensor\(mlp_gate_up_sbuf_fp32",
+        "suite",
+        "the kernel breaks .ap's documented rule: mlp_tkg's gate/up bias step calls "
+        "TensorView(output_tile).slice(...).get_view() on a view that is itself an .ap view of the fused "
+        "[T, 2I] buffer, so TensorView derives strides from the view's shape and asks for "
+        "pattern=[[I, T], [1, I]]; the NKI access-pattern guide says .ap addresses the storage and its partition "
+        "step must be the storage's elements per partition (2I), and older releases forbid .ap on an .ap view "
+        "(docs/timing.md, 'Not timed'). The same configurations stop on trn2",
+    ),
+    (
         r"KeyError: 'mask_out_hbm'",
         "suite",
         "test_gen_mask_tkg.py:422 reads kernel_input['mask_out_hbm'] while its input generator (line 363) names the "
