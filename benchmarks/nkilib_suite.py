@@ -180,7 +180,8 @@ def run_suite(
     if not everything:
         cmd += ["-m", "fast"]
     if workers > 1:
-        cmd += ["-n", str(workers)]
+        # a worker the machine's OOM killer stops is replaced; xdist's default (4 per worker) ended a family early
+        cmd += ["-n", str(workers), "--max-worker-restart=1000"]
     if timeout and importlib.util.find_spec("pytest_timeout") is not None:
         cmd += [f"--timeout={timeout}"]
     env = {
