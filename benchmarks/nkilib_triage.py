@@ -115,6 +115,17 @@ TRIAGE: list[tuple[str, str, str]] = [
         "(128, I) scale, and the test's torch golden fails broadcasting the same (128, 3) against the I columns",
     ),
     (
+        r"test_attn_blk_\w+\[[^\]]*-bfloat16-1-\d-[^\]]*\].*Validation failed for \[[^\]]*X_out",
+        "suite",
+        "STATIC fp8 quantization (the '-bfloat16-1-' field) with a quantized KV cache: every element passes the "
+        "allclose check, only the cosine >= 0.99 check fails (0.989 on [MODEL_WIP_OPTIMAL_8-16-...], 0.97-0.99 "
+        "per rank with KV data parallelism). The fp32 golden never rounds the activations to fp8 before the fp8 "
+        "QKV matmul, which the kernel must do; the near-argmax softmax of these configurations turns that into "
+        "whole heads whose top-2 scores nearly tie picking the other key. The golden with only that rounding "
+        "added misses the same check on the same 7 of 8 ranks; the wrong heads spread over every rank and batch "
+        "group, not whole KV-parallel blocks as a collective fault would",
+    ),
+    (
         r"KeyError: 'mask_out_hbm'",
         "suite",
         "test_gen_mask_tkg.py:422 reads kernel_input['mask_out_hbm'] while its input generator (line 363) names the "
