@@ -68,9 +68,10 @@ TRIAGE: list[tuple[str, str, str]] = [
         r"(PSUM|SBUF) is full",
         "unmodelled",
         "these kernels do not fit even after nkisim's compiler-style liveness retry (tiles freed after their last "
-        "use, automatic tiles kept off explicit ones) and SBUF spilling: what remains is PSUM or explicitly placed "
-        "tiles (or a run recorded before spilling was modelled); the compiler packs them tighter than nkisim's "
-        "next-fit allocator (fragmentation, per-instruction placement) - not diagnosed further",
+        "use, automatic tiles kept off explicit ones) and spilling of automatic SBUF and PSUM tiles: what remains "
+        "is explicitly placed tiles (or a run recorded before spilling was modelled, or, before the retry raised "
+        "host memory errors itself, a retry that ran out of host memory); the compiler packs them tighter than "
+        "nkisim's next-fit allocator (fragmentation, per-instruction placement) - not diagnosed further",
     ),
     (
         r"(PSUM|SBUF) address .* overlaps live",
