@@ -211,10 +211,12 @@ def run_suite(
     path = results_path(target, everything)
     if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
         old = json.loads(path.read_text())
-        if again:
+        new_ids = {row["id"] for row in rows}
+        if again and proc.returncode == INTERRUPTED:  # keep the recorded outcome of the tests not re-run yet
+            replaced = lambda r: r["id"] in again and r["id"] in new_ids  # noqa: E731
+        elif again:
             replaced = lambda r: r["id"] in again  # noqa: E731
         elif done:
-            new_ids = {row["id"] for row in rows}
             replaced = lambda r: r["id"] in new_ids  # noqa: E731
         else:
             replaced = lambda r: _in_families(r["family"], families)  # noqa: E731

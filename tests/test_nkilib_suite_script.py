@@ -187,3 +187,39 @@ def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_ru
     text = suite.expected_time(runs, 30)  # 150 s over 30 tests: 5 s a test
     assert text.startswith(f"At the 5.0 s of wall time per test of these runs, the {suite.SUITE_TESTS:,} tests")
     assert f"about {round(5.0 * suite.SUITE_TESTS / 3600)} hours per target" in text
+
+
+def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not_reach(tmp_path, monkeypatch):
+    import json
+    import subprocess
+
+    cls = "integration.nkilib.core.qkv.test_qkv_cte.TestQkvCteKernel"
+    checkout = tmp_path / "lib"
+    (checkout / "test" / "integration" / "nkilib" / "core" / "qkv").mkdir(parents=True)
+    monkeypatch.setattr(suite, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(suite, "SUITE_DEPS", [])
+    (tmp_path / "results").mkdir()
+    timeout = "Failed: Timeout (>150.0s) from pytest-timeout."
+    old = [
+        {"id": f"{cls}::test_s[{i}]", "family": "core/qkv", "outcome": "failed", "message": timeout} for i in range(3)
+    ]
+    suite.results_path("trn2", True).write_text(json.dumps({"tests": old, "wall_s": 1.0, "families": ["core/qkv"]}))
+
+    def fake_run(cmd, **kwargs):
+        if cmd[0] == "git":
+            return subprocess.CompletedProcess(cmd, 0, stdout="abc\n")
+        junit = next(arg for arg in cmd if arg.startswith("--junitxml=")).split("=", 1)[1]
+        Path(junit).write_text(  # only test_s[0] finished before Ctrl-C
+            f'<testsuites><testsuite name="pytest"><testcase classname="{cls}" name="test_s[0]" time="300"/>'
+            "</testsuite></testsuites>"
+        )
+        return subprocess.CompletedProcess(cmd, suite.INTERRUPTED)
+
+    monkeypatch.setattr(suite.subprocess, "run", fake_run)
+    record = suite.run_suite(checkout, "trn2", 2, True, ["core/qkv"], timeout=900, rerun="Timeout")
+    outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
+    assert outcomes == {"test_s[0]": "passed", "test_s[1]": "failed", "test_s[2]": "failed"}
+    assert record["reruns"][-1] == {
+        "families": ["core/qkv"], "wall_s": record["reruns"][-1]["wall_s"], "tests": 3, "timeout": 900,
+        "interrupted_after": 1,
+    }  # fmt: skip
