@@ -216,6 +216,7 @@ def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not
         return subprocess.CompletedProcess(cmd, suite.INTERRUPTED)
 
     monkeypatch.setattr(suite.subprocess, "run", fake_run)
+    monkeypatch.setattr(suite.importlib.util, "find_spec", lambda name: object())  # pytest-timeout "installed"
     record = suite.run_suite(checkout, "trn2", 2, True, ["core/qkv"], timeout=900, rerun="Timeout")
     outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
     assert outcomes == {"test_s[0]": "passed", "test_s[1]": "failed", "test_s[2]": "failed"}
