@@ -51,6 +51,12 @@ def copy_bits(dst: Tensor, src: Tensor) -> None:
     dst.array.view(words)[...] = src.array.view(words).reshape(dst.shape)
 
 
+#: The ALU ufuncs whose float32 results are correctly rounded, hence the same bits whatever the memory layout
+#: of their operands; numpy's transcendental ufuncs (``power``) take SIMD or scalar code by layout and may differ
+#: in the last bit, so only these may write a strided destination directly (``out=``).
+EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.divide, np.maximum, np.minimum})
+
+
 def apply_alu(op: Op, x: np.ndarray, y: np.ndarray | np.float32, reverse: bool) -> np.ndarray:
     """``op(x, y)``, or ``op(y, x)`` reversed, shaped like ``x`` broadcast with ``y``.
 

@@ -12,6 +12,7 @@ from nkisim.errors import DtypeError, OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa.carriers import COPIES, ELEMENTWISE_TENSOR_SCALAR, ELEMENTWISE_TENSOR_TENSOR, REDUCES_DATA
 from nkisim.isa.common import (
+    EXACT_UFUNCS,
     F32,
     apply_alu,
     as_rows,
@@ -150,7 +151,7 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         return
     dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
     if (
-        isinstance(ops.op.binary, np.ufunc)
+        ops.op.binary in EXACT_UFUNCS
         and dst.dtype == data1.dtype == data2.dtype == F32
         and dst.shape == data1.shape == data2.shape
         and not is_tfloat32(ops.dst.dtype)
@@ -259,8 +260,8 @@ def _float32_in_place(ops: TensorScalarOps) -> bool:
         and dst.dtype == data.dtype == F32
         and dst.shape == data.shape
         and not is_tfloat32(ops.dst.dtype)
-        and isinstance(op0.binary, np.ufunc)
-        and (op1 is None or isinstance(op1.binary, np.ufunc))
+        and op0.binary in EXACT_UFUNCS
+        and (op1 is None or op1.binary in EXACT_UFUNCS)
         and not (isinstance(operand1, Tensor) and np.may_share_memory(operand1.array, dst))
     ):
         return False
