@@ -344,6 +344,19 @@ def _rate(c: Counter) -> str:
     return f"{100 * c['passed'] / ran:.1f}%" if ran else "-"  # one decimal: 94.7% must not read as 95%
 
 
+def _run_text(run: dict) -> str:
+    """One family run of a whole-suite record: its families, wall time and what kind of run it was."""
+    notes = [f"{run['wall_s']} s"]
+    if "interrupted_after" in run:
+        notes.append(f"interrupted after {run['interrupted_after']} tests")
+    if "tests" in run:
+        how = f"with {run['timeout']} s per test" if run.get("timeout") else "after a fix"
+        notes.append(f"a re-run of {run['tests']} recorded failures {how}")
+    if "resumed_after" in run:
+        notes.append(f"resumed after the {run['resumed_after']} tests recorded")
+    return f"{', '.join(run['families'])} ({', '.join(notes)})"
+
+
 def write_doc(path: Path = DOC) -> None:
     """Rewrite the conformance document from every recorded target."""
     records = [json.loads(p.read_text()) for p in recorded_runs()]
@@ -378,19 +391,7 @@ def write_doc(path: Path = DOC) -> None:
         reruns = record.get("reruns", [])
         if record["subset"] == "all" and record.get("families"):  # made a few families at a time
             runs = [{"families": record["families"], "wall_s": record["wall_s"]}, *reruns]
-            made = "; ".join(
-                f"{', '.join(run['families'])} ({run['wall_s']} s"
-                + (f", interrupted after {run['interrupted_after']} tests" if "interrupted_after" in run else "")
-                + (f", a re-run of {run['tests']} recorded failures" if "tests" in run else "")
-                + (
-                    (f" with {run['timeout']} s per test" if run.get("timeout") else " after a fix")
-                    if "tests" in run
-                    else ""
-                )
-                + (f", resumed after the {run['resumed_after']} tests recorded" if "resumed_after" in run else "")
-                + ")"
-                for run in runs
-            )
+            made = "; ".join(_run_text(run) for run in runs)
             out += [f"Run family by family (2 cores, `-n 2`, wall time){commit}: {made}.", ""]
             out += [expected_time(runs, len(record["tests"])), ""]
             reruns = []

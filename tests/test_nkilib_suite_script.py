@@ -133,23 +133,19 @@ def test_a_rerun_selects_recorded_failures_by_pattern_and_names_their_pytest_nod
     )
 
 
-def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(tmp_path, monkeypatch):
+def _fake_suite(tmp_path, monkeypatch, family: str, old: list[dict], finished: list[tuple[str, str]], code: int = 0):
+    """A checkout with ``family``, a recorded ``old`` run, and a pytest stand-in whose junit lists ``finished``
+    (classname, test name) and exits with ``code``; returns the checkout and the commands run."""
     import json
     import subprocess
 
-    cls = "integration.nkilib.core.output_projection.test_output_proj_cte.TestOutputProjCteKernel"
     checkout = tmp_path / "lib"
-    (checkout / "test" / "integration" / "nkilib" / "core" / "output_projection").mkdir(parents=True)
+    (checkout / "test" / "integration" / "nkilib" / family).mkdir(parents=True)
     monkeypatch.setattr(suite, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(suite, "SUITE_DEPS", [])
+    monkeypatch.setattr(suite.importlib.util, "find_spec", lambda name: object())  # pytest-timeout "installed"
     (tmp_path / "results").mkdir()
-    old = [
-        {"id": f"{cls}::test_a[1]", "family": "core/output_projection", "outcome": "passed", "message": ""},
-        {"id": f"{cls}::test_a[2]", "family": "core/output_projection", "outcome": "failed", "message": "x"},
-        {"id": "integration.nkilib.core.max.test_max.T::test_m", "family": "core/max", "outcome": "passed"},
-    ]
-    path = suite.results_path("trn2", True)
-    path.write_text(json.dumps({"tests": old, "wall_s": 10.0, "families": ["core/output_projection"]}))
+    suite.results_path("trn2", True).write_text(json.dumps({"tests": old, "wall_s": 1.0, "families": [family]}))
     commands = []
 
     def fake_run(cmd, **kwargs):
@@ -157,14 +153,22 @@ def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(t
             return subprocess.CompletedProcess(cmd, 0, stdout="abc123\n")
         commands.append(cmd)
         junit = next(arg for arg in cmd if arg.startswith("--junitxml=")).split("=", 1)[1]
-        Path(junit).write_text(
-            '<testsuites><testsuite name="pytest">'
-            f'<testcase classname="{cls}" name="test_a[3]" time="2.0"/>'
-            "</testsuite></testsuites>"
-        )
-        return subprocess.CompletedProcess(cmd, 0)
+        cases = "".join(f'<testcase classname="{cls}" name="{name}" time="2.0"/>' for cls, name in finished)
+        Path(junit).write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+        return subprocess.CompletedProcess(cmd, code)
 
     monkeypatch.setattr(suite.subprocess, "run", fake_run)
+    return checkout, commands
+
+
+def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(tmp_path, monkeypatch):
+    cls = "integration.nkilib.core.output_projection.test_output_proj_cte.TestOutputProjCteKernel"
+    old = [
+        {"id": f"{cls}::test_a[1]", "family": "core/output_projection", "outcome": "passed", "message": ""},
+        {"id": f"{cls}::test_a[2]", "family": "core/output_projection", "outcome": "failed", "message": "x"},
+        {"id": "integration.nkilib.core.max.test_max.T::test_m", "family": "core/max", "outcome": "passed"},
+    ]
+    checkout, commands = _fake_suite(tmp_path, monkeypatch, "core/output_projection", old, [(cls, "test_a[3]")])
     record = suite.run_suite(checkout, "trn2", 2, True, ["core/output_projection"], resume=True)
     module = checkout / "test/integration/nkilib/core/output_projection/test_output_proj_cte.py"
     assert "--max-worker-restart=1000" in commands[0]  # a crashed worker does not end the family early
@@ -190,33 +194,12 @@ def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_ru
 
 
 def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not_reach(tmp_path, monkeypatch):
-    import json
-    import subprocess
-
     cls = "integration.nkilib.core.qkv.test_qkv_cte.TestQkvCteKernel"
-    checkout = tmp_path / "lib"
-    (checkout / "test" / "integration" / "nkilib" / "core" / "qkv").mkdir(parents=True)
-    monkeypatch.setattr(suite, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(suite, "SUITE_DEPS", [])
-    (tmp_path / "results").mkdir()
     timeout = "Failed: Timeout (>150.0s) from pytest-timeout."
-    old = [
-        {"id": f"{cls}::test_s[{i}]", "family": "core/qkv", "outcome": "failed", "message": timeout} for i in range(3)
-    ]
-    suite.results_path("trn2", True).write_text(json.dumps({"tests": old, "wall_s": 1.0, "families": ["core/qkv"]}))
-
-    def fake_run(cmd, **kwargs):
-        if cmd[0] == "git":
-            return subprocess.CompletedProcess(cmd, 0, stdout="abc\n")
-        junit = next(arg for arg in cmd if arg.startswith("--junitxml=")).split("=", 1)[1]
-        Path(junit).write_text(  # only test_s[0] finished before Ctrl-C
-            f'<testsuites><testsuite name="pytest"><testcase classname="{cls}" name="test_s[0]" time="300"/>'
-            "</testsuite></testsuites>"
-        )
-        return subprocess.CompletedProcess(cmd, suite.INTERRUPTED)
-
-    monkeypatch.setattr(suite.subprocess, "run", fake_run)
-    monkeypatch.setattr(suite.importlib.util, "find_spec", lambda name: object())  # pytest-timeout "installed"
+    row = {"family": "core/qkv", "outcome": "failed", "message": timeout}
+    old = [{"id": f"{cls}::test_s[{i}]", **row} for i in range(3)]
+    # only test_s[0] finished before Ctrl-C
+    checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/qkv", old, [(cls, "test_s[0]")], suite.INTERRUPTED)
     record = suite.run_suite(checkout, "trn2", 2, True, ["core/qkv"], timeout=900, rerun="Timeout")
     outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
     assert outcomes == {"test_s[0]": "passed", "test_s[1]": "failed", "test_s[2]": "failed"}

@@ -239,17 +239,16 @@ def accumulate_reference(
 ) -> None:
     """The PSUM write in numpy: add onto ``dst`` (float32 math, cast to its dtype) where ``accumulate`` is True,
     or, for None, where ``owners`` holds ``uid``; overwrite elsewhere. ``owners`` becomes ``uid``."""
-    current = dst.astype(np.float32, copy=False)
     if accumulate is not None:  # NKI 0.3+: explicit overwrite or accumulate, whatever wrote dst before
-        total = current + product if accumulate else product
+        total = dst.astype(np.float32, copy=False) + product if accumulate else product
     else:
         mine = owners == uid
         if not mine.any():
             total = product
         elif mine.all():
-            total = current + product
+            total = dst.astype(np.float32, copy=False) + product
         else:
-            total = np.where(mine, current + product, product)
+            total = np.where(mine, dst.astype(np.float32, copy=False) + product, product)
     dst[...] = cast(total, dst.dtype)
     owners[...] = uid
 
