@@ -10,6 +10,7 @@ from nkisim.isa.ops import Op
 from nkisim.isa.spec import Check, Operands
 from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_integer
 from nkisim.memory.dtypes import container, is_tfloat32
+from nkisim.memory.fp8 import widen
 
 F32 = np.float32
 
@@ -19,7 +20,7 @@ F32 = np.float32
 
 def f32(t: Tensor) -> np.ndarray:
     """The tensor's values as float32 (engines cast every input to float32)."""
-    return t.array.astype(F32, copy=False)
+    return widen(t.array)
 
 
 def per_partition(value: Tensor | float | int, partitions: int) -> np.ndarray | np.float32:

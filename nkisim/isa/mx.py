@@ -24,7 +24,8 @@ from nkisim.isa.common import as_rows, check_in, f32, free_size_limit
 from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction
 from nkisim.isa.tensor_engine import _accumulate, matmul_accumulates
 from nkisim.isa.vector import per_element_cost
-from nkisim.memory import Buffer, Tensor, dtype_name
+from nkisim.memory import Buffer, Tensor, cast, dtype_name
+from nkisim.memory.fp8 import widen
 
 QUADRANT = 32
 #: Partitions per scaling group, and scale rows per quadrant (32 / 8).
@@ -68,12 +69,12 @@ def unpack_x4(t: Tensor) -> np.ndarray:
         return FP4_E2M1FN[nibbles]
     element, _ = _FP8_X4[name]
     octets = np.stack([(words >> (8 * j)) & 0xFF for j in range(PACK)], axis=-1).astype(np.uint8)
-    return octets.view(element).astype(np.float32)
+    return widen(octets.view(element))
 
 
 def pack_fp8_x4(values: np.ndarray, element: np.dtype) -> np.ndarray:
     """float32 ``(P, 4F)`` values cast to ``element`` (round to nearest even) and packed as uint32 ``(P, F)``."""
-    octets = values.astype(element).view(np.uint8).astype(np.uint32)
+    octets = cast(values, np.dtype(element)).view(np.uint8).astype(np.uint32)
     octets = octets.reshape(values.shape[0], -1, PACK)
     return sum((octets[..., j] << (8 * j) for j in range(PACK)), np.zeros(octets.shape[:2], np.uint32))
 

@@ -15,6 +15,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from nkisim.memory.fp8 import BYTE_FLOATS, narrow
+
 TFLOAT32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
 
 
@@ -128,7 +130,8 @@ def round_tfloat32(values: np.ndarray) -> np.ndarray:
 def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Convert engine results (usually float32) to ``dtype`` the way the hardware writes them.
 
-    Floats round to nearest even (ml_dtypes for bf16 and fp8). Integers round to
+    Floats round to nearest even (ml_dtypes for bf16; float32 to the one-byte floats by
+    :mod:`nkisim.memory.fp8`'s tables, which give ml_dtypes' bits). Integers round to
     nearest even and saturate at the type's range; NaN becomes 0. Booleans are
     nonzero tests.
     """
@@ -148,6 +151,8 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return np.clip(wide, info.min, info.max).astype(dtype)
     if dtype.kind == "b":
         return values != 0
+    if dtype in BYTE_FLOATS and values.dtype == np.float32:
+        return narrow(values, dtype)
     with np.errstate(over="ignore"):  # a float too large for a narrow float type becomes inf, as on the engines
         return values.astype(dtype)
 
