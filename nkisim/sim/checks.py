@@ -49,6 +49,9 @@ CHECKS = (
 #: holding never-written values a carrier moved there (nkisim.isa.carriers; the origin map says which).
 _NEVER, _WRITTEN, _TENSOR, _CARRIED = 0, 1, 2, 3
 
+#: Tiles whose all-written views :meth:`Checker._taint` remembers at most (then it starts afresh).
+MAX_WRITTEN_BOX_TILES = 4096
+
 _IGNORED: ContextVar[frozenset[str]] = ContextVar("nkisim_ignored_checks", default=frozenset())
 
 
@@ -103,6 +106,8 @@ class Checker:
         self._inputs: dict[type, frozenset[str]] = {}
         #: Tiles (allocation uids) every byte of which has been written (see :meth:`_taint`).
         self._written_tiles: set[int] = set()
+        #: Row boxes (``Tensor.row_box``) of views found all written, by tile uid (see :meth:`_taint`).
+        self._written_boxes: dict[int, set[tuple[int, int, int, int]]] = {}
         #: Where carried never-written values were first read: (loc, instruction, rule).
         self._origins: list[tuple[SourceLoc, str, str]] = []
         #: What the instruction running now carries: (dst, per-element taint), and how many dst
@@ -200,12 +205,29 @@ class Checker:
         Once a whole tile was found written, its views are not looked at again: bytes of a live tile only
         become unwritten by a carried write (:meth:`after` forgets the tile then).
         """
-        if t.uid in self._written_tiles:
+        uid = t.uid
+        if uid in self._written_tiles:
             return None
+        box = t.row_box
+        if box is not None:
+            boxes = self._written_boxes.get(uid)
+            if boxes is not None and box in boxes:
+                return None
+            r0, r1, b0, b1 = box
+            if _box_written(self._shadow(t.storage)[r0:r1, b0:b1]):
+                if t._base is None:
+                    self._written_tiles.add(uid)
+                elif boxes is None:
+                    if len(self._written_boxes) >= MAX_WRITTEN_BOX_TILES:  # a cache: forgetting costs a scan
+                        self._written_boxes.clear()
+                    self._written_boxes[uid] = {box}
+                else:
+                    boxes.add(box)
+                return None
         marks = self._view(t, every_byte=False)
-        if marks.size == 0 or _all_written(marks.reshape(marks.shape[0], -1)):
+        if marks.size == 0 or (box is None and _all_written(marks.reshape(marks.shape[0], -1))):
             if t._base is None:
-                self._written_tiles.add(t.uid)
+                self._written_tiles.add(uid)
             return None
         taint = np.zeros(marks.shape, dtype=np.int32)
         carried = marks == _CARRIED
@@ -261,6 +283,7 @@ class Checker:
             self._carrying = None
             carried = taint > 0
             self._written_tiles.discard(dst.uid)
+            self._written_boxes.pop(dst.uid, None)
             self._view(dst, every_byte=True)[carried] = _CARRIED
             self._origin_view(dst, every_byte=True)[carried] = taint[carried][:, None]
 
@@ -475,6 +498,21 @@ def _all_written(marks: np.ndarray) -> bool:  # pragma: no cover (compiled)
             m = marks[i, j]
             if m < _WRITTEN or m > _TENSOR:
                 return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _box_written(box: np.ndarray) -> bool:  # pragma: no cover (compiled)
+    """Whether every byte of a box of shadow rows is ``_WRITTEN`` or ``_TENSOR``: a branch-free pass per row
+    (which the compiler vectorises), stopping after the first row that has another mark."""
+    for i in range(box.shape[0]):
+        row = box[i]
+        outside = False
+        for j in range(row.shape[0]):
+            m = row[j]
+            outside |= (m < _WRITTEN) | (m > _TENSOR)
+        if outside:
+            return False
     return True
 
 

@@ -60,3 +60,17 @@ def test_events_match_a_per_byte_reference(accesses, probe):
     probe_view = view_of(probe)
     expected = sorted({int(e) for e in reference[painted(probe_view)] if e})
     assert shadow.events(_tensor(storage, probe_view)) == expected
+
+
+@given(
+    marks=st.lists(st.integers(0, 255), min_size=1, max_size=64).flatmap(
+        lambda row: st.tuples(st.just(row), st.integers(1, 4), st.sampled_from([1, 2]))
+    )
+)
+def test_the_written_box_scan_matches_a_numpy_formula(marks):
+    from nkisim.sim.checks import _box_written
+
+    row, rows, mostly = marks
+    box = np.full((rows, 96), mostly, dtype=np.uint8)[:, 8 : 8 + len(row)]  # a box of rows inside wider rows
+    box[rows - 1] = row
+    assert _box_written(box) == bool(np.all((box >= 1) & (box <= 2)))  # 1: engine write, 2: Tensor Engine
