@@ -10,7 +10,7 @@ from nkisim.isa.ops import Op
 from nkisim.isa.spec import Check, Operands
 from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_integer
 from nkisim.memory.dtypes import container, is_tfloat32
-from nkisim.memory.fp8 import widen
+from nkisim.memory.narrow_floats import widen
 
 F32 = np.float32
 

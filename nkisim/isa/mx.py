@@ -25,7 +25,7 @@ from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_
 from nkisim.isa.tensor_engine import _accumulate, matmul_accumulates
 from nkisim.isa.vector import per_element_cost
 from nkisim.memory import Buffer, Tensor, cast, dtype_name
-from nkisim.memory.fp8 import widen
+from nkisim.memory.narrow_floats import widen
 
 QUADRANT = 32
 #: Partitions per scaling group, and scale rows per quadrant (32 / 8).

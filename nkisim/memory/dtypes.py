@@ -15,7 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from nkisim.memory.fp8 import BYTE_FLOATS, narrow
+from nkisim.memory.narrow_floats import BYTE_FLOATS, narrow
 
 TFLOAT32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
 
@@ -131,7 +131,7 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Convert engine results (usually float32) to ``dtype`` the way the hardware writes them.
 
     Floats round to nearest even (ml_dtypes for bf16; float32 to the one-byte floats by
-    :mod:`nkisim.memory.fp8`'s tables, which give ml_dtypes' bits). Integers round to
+    :mod:`nkisim.memory.narrow_floats`'s tables, which give ml_dtypes' bits). Integers round to
     nearest even and saturate at the type's range; NaN becomes 0. Booleans are
     nonzero tests.
     """

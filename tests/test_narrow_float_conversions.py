@@ -1,8 +1,8 @@
-"""The one-byte float conversions (nkisim.memory.fp8) give ml_dtypes' bits exactly, in both directions.
+"""The narrow float conversions (nkisim.memory.narrow_floats) give ml_dtypes' and numpy's bits exactly.
 
-ml_dtypes is the reference: it converts element by element with its own rounding code,
-which the tables only sample (two float32 per high half), so these tests check that the
-sampling decides every input the same way.
+ml_dtypes (and numpy, for float16) are the reference: they convert element by element with
+their own code, which the rounding tables only sample (two float32 per high half), so these
+tests check that the sampling decides every input the same way.
 """
 
 import ml_dtypes
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from nkisim.memory import cast
-from nkisim.memory.fp8 import BYTE_FLOATS, narrow, widen
+from nkisim.memory.narrow_floats import BYTE_FLOATS, narrow, widen
 
 TYPES = sorted(BYTE_FLOATS, key=str)
 
@@ -79,6 +79,26 @@ def test_any_float32_bits_narrow_like_ml_dtypes(bits: np.ndarray, dtype: np.dtyp
     # the engines' write path takes the same conversion, also for a non-contiguous operand
     transposed = values.T
     assert np.array_equal(cast(transposed, dtype).view(np.uint8), reference_narrow(transposed, dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)], ids=str)
+def test_every_two_byte_code_widens_like_astype_in_any_layout(dtype: np.dtype) -> None:
+    codes = np.arange(65536, dtype=np.uint16)
+    memory = np.zeros(65536 * 3, np.uint16)
+    memory[::3] = codes  # every third element: a view with a step, as an access pattern makes
+    layouts = [
+        codes.view(dtype).reshape(256, 256),
+        memory.view(dtype)[::3].reshape(256, 256),
+        memory.view(dtype).reshape(256, 768)[:, ::3],
+        codes.view(dtype).reshape(16, 64, 64).transpose(1, 0, 2),
+    ]
+    for view in layouts:
+        got = widen(view)
+        assert got.dtype == np.float32 and got.shape == view.shape
+        assert np.array_equal(got.view(np.uint32), view.astype(np.float32).view(np.uint32))
+    # hand-checked: bfloat16 0x3FC0 is 1.5, float16 0x3E00 is 1.5, bfloat16 0xFF80 is -inf
+    assert widen(np.array([[0x3FC0, 0xFF80]], np.uint16).view(ml_dtypes.bfloat16)[:, ::1]).tolist() == [[1.5, -np.inf]]
+    assert widen(np.array([0x3E00], np.uint16).view(np.float16)).tolist() == [1.5]
 
 
 def test_other_types_keep_numpy_conversions() -> None:

@@ -1,13 +1,14 @@
-"""The one-byte float conversions of ``nkisim.memory.fp8``: every float32 against ml_dtypes, and their speed.
+"""The narrow float conversions of ``nkisim.memory.narrow_floats``: every float32 against ml_dtypes, and their speed.
 
 ::
 
-    python benchmarks/check_fp8_tables.py [--types float8_e4m3fn,float8_e5m2] [--sample]
+    python benchmarks/check_float_tables.py [--types float8_e4m3fn,float8_e5m2] [--sample]
 
 For each one-byte float type it converts all 2^32 float32 bit patterns (``--sample``: every
-257th) with :func:`nkisim.memory.fp8.narrow` and with ml_dtypes, and prints how many results
+257th) with :func:`nkisim.memory.narrow_floats.narrow` and with ml_dtypes, and prints how many results
 differ (0 is the claim of the module), then times both directions on a 128 x 512 tile laid
-out as an SBUF view (rows 192 KiB apart): ml_dtypes' ``astype`` against nkisim's. Last, the
+out as an SBUF view (rows 192 KiB apart): ml_dtypes' ``astype`` against nkisim's; then float16 and
+bfloat16 to float32 on such a tile, with adjacent elements and with a step of two. Last, the
 CPU time of ``nkisim.run`` on the 1024^3 tiled matmul example (``matmul_tiled``, 128 instructions)
 with float8_e4m3 inputs, next to bfloat16. About 40 s a type for the whole check on a 2-core machine.
 """
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 import nkisim
 from nkisim.examples.matmul import matmul_tiled
-from nkisim.memory.fp8 import BYTE_FLOATS, narrow, widen
+from nkisim.memory.narrow_floats import BYTE_FLOATS, narrow, widen
 
 CHUNK = 1 << 24
 
@@ -64,6 +65,18 @@ def speed(dtype: np.dtype) -> str:
     )
 
 
+def two_byte_speed(dtype: np.dtype, step: int) -> str:
+    """Microseconds to read a 128 x 512 SBUF tile of ``dtype`` (elements ``step`` apart) as float32."""
+    memory = np.random.default_rng(0).integers(0, 256, size=128 * 196608, dtype=np.uint8)
+    tile = np.ndarray((128, 512), dtype, memory, 4096, (196608, step * dtype.itemsize))
+    widen(tile)  # compile
+    slow, fast = (
+        min(timeit.repeat(fn, number=20, repeat=5)) / 20 * 1e6
+        for fn in (lambda: tile.astype(np.float32), lambda: widen(tile))
+    )
+    return f"{dtype.name:<15} step {step}: to float32 {slow:7.1f} -> {fast:5.1f} us ({slow / fast:4.1f}x)"
+
+
 def kernel_ms(dtype: np.dtype, repeat: int = 5) -> float:
     """Median CPU milliseconds of ``nkisim.run(matmul_tiled)`` on 1024 x 1024 inputs of ``dtype``, after a warm-up."""
     rng = np.random.default_rng(0)
@@ -90,6 +103,9 @@ def main() -> None:
         checked = "every 257th float32" if args.sample else "all 2^32 float32"
         print(f"{name:<15} {bad} differences from ml_dtypes over {checked} ({time.perf_counter() - began:.0f} s)")
         print(f"{'':<15} 128x512 SBUF tile: {speed(dtype)}")
+    for dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        for step in (1, 2):
+            print(two_byte_speed(dtype, step))
     fp8, bf16 = (kernel_ms(np.dtype(t)) for t in (ml_dtypes.float8_e4m3, ml_dtypes.bfloat16))
     print(f"matmul_tiled 1024^3, CPU time of nkisim.run: float8_e4m3 {fp8:.1f} ms, bfloat16 {bf16:.1f} ms")
 

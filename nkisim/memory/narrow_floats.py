@@ -1,0 +1,106 @@
+"""Fast, bit-exact conversions between float32 and the narrow float types (fp8, the MX scale type, fp16, bf16).
+
+numpy and ml_dtypes convert some of these one element at a time: a one-byte float takes
+about 6 ns an element to float32 (7 ns back), float16 2 ns, and bfloat16 13 times its
+usual cost when the view's elements are not adjacent (an access pattern with a step). That
+made the casts the largest part of simulating fp8 kernels. The conversions here are
+table-driven or bit shifts, compiled, and give numpy's and ml_dtypes' bits exactly:
+
+* **One-byte floats to float32**: the 256 codes decoded once by ml_dtypes; an element is a
+  table lookup. **float16**: the same with its 65,536 codes (decoded by numpy).
+* **bfloat16 to float32** is the exact widening: the 16 bits become the high half.
+* **float32 to a one-byte float**, round to nearest even: every rounding boundary of a
+  one-byte type (a midpoint between neighbouring values, or the point past the largest
+  finite value where the result becomes inf or NaN) is a float32 with at most five
+  significant bits, so its low 16 bits are zero. Hence all float32 with the same high 16
+  bits convert alike, except the one whose low 16 bits are zero, which may sit exactly on
+  a boundary. Two codes per high half (131,072 bytes a type), worked out once by
+  ml_dtypes, decide every input, NaN and inf included. ``benchmarks/check_float_tables.py``
+  compares all 2^32 float32 against ml_dtypes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numba
+import numpy as np
+
+#: The one-byte float types converted here.
+BYTE_FLOATS = frozenset(
+    np.dtype(t)
+    for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3, ml_dtypes.float8_e8m0fnu)
+)
+
+_F32 = np.dtype(np.float32)
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@functools.cache
+def decode_table(dtype: np.dtype) -> np.ndarray:
+    """The float32 value of each code of a one- or two-byte float ``dtype``, as ml_dtypes or numpy decodes it."""
+    codes = np.arange(256**dtype.itemsize, dtype=np.uint8 if dtype.itemsize == 1 else np.uint16)
+    return codes.view(dtype).astype(np.float32)
+
+
+@functools.cache
+def encode_table(dtype: np.dtype) -> np.ndarray:
+    """``dtype``'s code for float32 bits ``b`` at ``[(b >> 16) * 2 + (b & 0xFFFF != 0)]``, as ml_dtypes rounds."""
+    high = np.arange(65536, dtype=np.uint32) << 16
+    representatives = np.stack([high, high | 1], axis=1).ravel()
+    with np.errstate(over="ignore", invalid="ignore"):
+        return representatives.view(np.float32).astype(dtype).view(np.uint8)
+
+
+def widen(array: np.ndarray) -> np.ndarray:
+    """``array`` as float32 (itself when it is float32 already), bit-exact with ``array.astype(np.float32)``."""
+    dtype = array.dtype
+    if dtype in BYTE_FLOATS:
+        codes = array.view(np.uint8)
+    elif dtype == _F16:
+        codes = array.view(np.uint16)
+    elif dtype == _BF16 and array.ndim == 2 and array.strides[1] != 2:
+        return _bf16_to_f32_2d(array.view(np.uint16))  # ml_dtypes is fast only on adjacent elements
+    else:
+        return array.astype(_F32, copy=False)
+    table = decode_table(dtype)
+    if codes.ndim == 2:
+        return _decode_2d(codes, table)
+    return table[codes]
+
+
+def narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float32 ``values`` rounded to the one-byte float type ``dtype``, bit-exact with ``values.astype(dtype)``."""
+    bits = np.ascontiguousarray(values).view(np.uint32)
+    return _encode(bits.reshape(-1), encode_table(dtype)).view(dtype).reshape(values.shape)
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_2d(codes: np.ndarray, table: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    rows, cols = codes.shape
+    out = np.empty((rows, cols), np.float32)
+    for r in range(rows):
+        for c in range(cols):
+            out[r, c] = table[codes[r, c]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _bf16_to_f32_2d(halves: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    rows, cols = halves.shape
+    out = np.empty((rows, cols), np.uint32)
+    for r in range(rows):
+        for c in range(cols):
+            out[r, c] = np.uint32(halves[r, c]) << 16
+    return out.view(np.float32)
+
+
+@numba.njit(cache=True, nogil=True)
+def _encode(bits: np.ndarray, table: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    out = np.empty(bits.size, np.uint8)
+    for i in range(bits.size):
+        b = bits[i]
+        out[i] = table[((b >> 16) << 1) | ((b & 0xFFFF) != 0)]
+    return out
