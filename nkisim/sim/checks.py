@@ -50,7 +50,7 @@ CHECKS = (
 _NEVER, _WRITTEN, _TENSOR, _CARRIED = 0, 1, 2, 3
 
 #: Tiles whose all-written views :meth:`Checker._taint` remembers at most (then it starts afresh).
-MAX_WRITTEN_BOX_TILES = 4096
+MAX_WRITTEN_VIEW_TILES = 4096
 
 _IGNORED: ContextVar[frozenset[str]] = ContextVar("nkisim_ignored_checks", default=frozenset())
 
@@ -106,8 +106,9 @@ class Checker:
         self._inputs: dict[type, frozenset[str]] = {}
         #: Tiles (allocation uids) every byte of which has been written (see :meth:`_taint`).
         self._written_tiles: set[int] = set()
-        #: Row boxes (``Tensor.row_box``) of views found all written, by tile uid (see :meth:`_taint`).
-        self._written_boxes: dict[int, set[tuple[int, int, int, int]]] = {}
+        #: Views found all written, by tile uid: their row box (``Tensor.row_box``), or else their byte offset,
+        #: shape and strides (see :meth:`_taint`).
+        self._written_views: dict[int, set[tuple[object, ...]]] = {}
         #: Where carried never-written values were first read: (loc, instruction, rule).
         self._origins: list[tuple[SourceLoc, str, str]] = []
         #: What the instruction running now carries: (dst, per-element taint), and how many dst
@@ -202,33 +203,34 @@ class Checker:
     def _taint(self, t: Tensor) -> np.ndarray | None:
         """Per element of a static view: 0 written, -1 never written, k carried from origin k; None if all written.
 
-        Once a whole tile was found written, its views are not looked at again: bytes of a live tile only
-        become unwritten by a carried write (:meth:`after` forgets the tile then).
+        Once a whole tile, or a view of it, was found written, it is not looked at again: bytes of a live tile
+        only become unwritten by a carried write (:meth:`after` forgets the tile and its views then).
         """
         uid = t.uid
         if uid in self._written_tiles:
             return None
         box = t.row_box
+        view_key = box if box is not None else (t.byte_offset, t.array.shape, t.array.strides)
+        views = self._written_views.get(uid)
+        if views is not None and view_key in views:
+            return None
         if box is not None:
-            boxes = self._written_boxes.get(uid)
-            if boxes is not None and box in boxes:
-                return None
             r0, r1, b0, b1 = box
-            if _box_written(self._shadow(t.storage)[r0:r1, b0:b1]):
-                if t._base is None:
-                    self._written_tiles.add(uid)
-                elif boxes is None:
-                    if len(self._written_boxes) >= MAX_WRITTEN_BOX_TILES:  # a cache: forgetting costs a scan
-                        self._written_boxes.clear()
-                    self._written_boxes[uid] = {box}
-                else:
-                    boxes.add(box)
-                return None
-        marks = self._view(t, every_byte=False)
-        if marks.size == 0 or (box is None and _all_written(marks.reshape(marks.shape[0], -1))):
+            written = _box_written(self._shadow(t.storage)[r0:r1, b0:b1])
+        else:
+            marks = self._view(t, every_byte=False)
+            written = marks.size == 0 or _all_written(marks.reshape(marks.shape[0], -1))
+        if written:
             if t._base is None:
                 self._written_tiles.add(uid)
+            elif views is not None:
+                views.add(view_key)
+            else:
+                if len(self._written_views) >= MAX_WRITTEN_VIEW_TILES:  # a cache: forgetting costs a scan
+                    self._written_views.clear()
+                self._written_views[uid] = {view_key}
             return None
+        marks = self._view(t, every_byte=False)
         taint = np.zeros(marks.shape, dtype=np.int32)
         carried = marks == _CARRIED
         if carried.any():
@@ -283,7 +285,7 @@ class Checker:
             self._carrying = None
             carried = taint > 0
             self._written_tiles.discard(dst.uid)
-            self._written_boxes.pop(dst.uid, None)
+            self._written_views.pop(dst.uid, None)
             self._view(dst, every_byte=True)[carried] = _CARRIED
             self._origin_view(dst, every_byte=True)[carried] = taint[carried][:, None]
 

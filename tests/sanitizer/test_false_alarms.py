@@ -154,12 +154,26 @@ def reread_a_view_after_carrying_into_it(a):
     return out
 
 
-def test_a_view_found_written_is_checked_again_after_never_written_values_are_carried_into_it():
+def reread_a_stepped_view_after_carrying_into_it(a):
+    x = nl.ndarray((P, 8), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x[:, 0:8:2], src=a)
+    early = nl.ndarray((P, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=early, src=x[:, 0:8:2])  # the view is all written here
+    blank = nl.ndarray((P, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=x[:, 0:8:2], src=blank)  # first read
+    late = nl.ndarray((P, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=late, data1=x[:, 0:8:2], data2=early, op=nl.add)  # carries them on
+    out = nl.ndarray((P, 4), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=late)  # use
+    return out
+
+
+@pytest.mark.parametrize("kernel", [reread_a_view_after_carrying_into_it, reread_a_stepped_view_after_carrying_into_it])
+def test_a_view_found_written_is_checked_again_after_never_written_values_are_carried_into_it(kernel):
     a = np.ones((P, 4), np.float32)
-    first = _line(reread_a_view_after_carrying_into_it, "first read")
-    use = _line(reread_a_view_after_carrying_into_it, "use")
+    first, use = _line(kernel, "first read"), _line(kernel, "use")
     with pytest.raises(CheckError) as info:
-        nkisim.run(reread_a_view_after_carrying_into_it, [a], target="trn2", check="strict")
+        nkisim.run(kernel, [a], target="trn2", check="strict")
     message = str(info.value)
     assert message.startswith(f"test_false_alarms.py:{first}: nisa.tensor_copy [trn2]: src reads 512 of the 512")
     assert f"nisa.dma_copy at test_false_alarms.py:{use} uses them (src)" in message
