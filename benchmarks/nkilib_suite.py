@@ -176,7 +176,7 @@ def run_suite(
         "--tb=line",
         "--nkisim-prune-all-artifacts",  # the suite writes every test's inputs and outputs: ~80 GB for a run
     ]
-    cmd += [f"--deselect={node_id(checkout, test_id)}" for test_id in done]
+    cmd += [f"--deselect={suite_node_id(checkout, test_id)}" for test_id in done]
     if not everything:
         cmd += ["-m", "fast"]
     if workers > 1:
@@ -278,6 +278,12 @@ def node_id(checkout: Path, test_id: str) -> str:
     module, cls = (parts[:-1], parts[-1]) if parts[-1][:1].isupper() else (parts, "")
     path = checkout / "test" / Path(*module).with_suffix(".py")
     return f"{path}::{cls}::{name}" if cls else f"{path}::{name}"
+
+
+def suite_node_id(checkout: Path, test_id: str) -> str:
+    """The node id pytest gives the test in the suite: relative to ``test/``, where the suite's pytest.ini makes
+    the root directory (``--deselect`` matches only that form, not the path of :func:`node_id`)."""
+    return str(Path(node_id(checkout, test_id)).relative_to(checkout / "test"))
 
 
 #: pytest's exit code when the run was interrupted (Ctrl-C, SIGINT): its junit file holds the tests finished.

@@ -170,7 +170,7 @@ def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(t
     ]
     checkout, commands = _fake_suite(tmp_path, monkeypatch, "core/output_projection", old, [(cls, "test_a[3]")])
     record = suite.run_suite(checkout, "trn2", 2, True, ["core/output_projection"], resume=True)
-    module = checkout / "test/integration/nkilib/core/output_projection/test_output_proj_cte.py"
+    module = "integration/nkilib/core/output_projection/test_output_proj_cte.py"  # pytest's id, from the suite root
     assert "--max-worker-restart=1000" in commands[0]  # a crashed worker does not end the family early
     deselected = [arg for arg in commands[0] if arg.startswith("--deselect=")]
     assert deselected == [
@@ -184,6 +184,32 @@ def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(t
         ("test_a[3]", "passed"),
     ]
     assert record["reruns"][-1]["resumed_after"] == 2
+
+
+def test_the_deselected_ids_are_ones_pytest_deselects_in_a_suite_rooted_at_test(tmp_path):
+    import subprocess
+    import sys
+
+    checkout = tmp_path / "lib"
+    family = checkout / "test" / "integration" / "nkilib" / "core" / "fam"
+    family.mkdir(parents=True)
+    (checkout / "test" / "pytest.ini").write_text("[pytest]\n")
+    (family / "test_fam.py").write_text(
+        "import pytest\n\n\nclass TestK:\n    @pytest.mark.parametrize('n', [1, 2, 3])\n"
+        "    def test_a(self, n):\n        pass\n"
+    )
+    recorded = [
+        "integration.nkilib.core.fam.test_fam.TestK::test_a[1]",
+        "integration.nkilib.core.fam.test_fam.TestK::test_a[3]",
+    ]
+    args = [f"--deselect={suite.suite_node_id(checkout, test_id)}" for test_id in recorded]
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(family), *args],
+        cwd=checkout, capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    assert [line for line in out.splitlines() if "::" in line] == [
+        "integration/nkilib/core/fam/test_fam.py::TestK::test_a[2]"
+    ]
 
 
 def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_runs_out():
