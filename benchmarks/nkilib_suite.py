@@ -21,7 +21,8 @@ prints the summary without rewriting the document.
 those families whose "id: message" matches PATTERN (after a fix, or timeouts with a longer ``--timeout``),
 and replaces just their outcomes.
 ``--resume`` (with ``--families``) runs only the tests of those families that have no recorded
-outcome yet, after an interrupted run, and adds theirs.
+outcome yet, after an interrupted run, and adds theirs. To stop a run and keep what it finished,
+send SIGINT to its pytest process (Ctrl-C, or ``kill -INT``; also in a run started in the background).
 
 The script sets the suite's ``NKILIB_SIMULATION_RUN_ALL=1``, so that simulation mode runs the
 shapes the suite would otherwise skip as slow (every name containing 4096, 8192 or 16384);
@@ -40,6 +41,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -193,7 +195,9 @@ def run_suite(
         env[RUN_ALL_ENV] = "1"
     print("$", " ".join(cmd), flush=True)
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT)  # progress shows
+    proc = subprocess.run(
+        cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT, preexec_fn=_interruptible
+    )  # progress shows
     wall = time.monotonic() - start
     if not junit.exists():
         sys.exit(f"pytest produced no results (exit {proc.returncode})")
@@ -284,6 +288,12 @@ def suite_node_id(checkout: Path, test_id: str) -> str:
     """The node id pytest gives the test in the suite: relative to ``test/``, where the suite's pytest.ini makes
     the root directory (``--deselect`` matches only that form, not the path of :func:`node_id`)."""
     return str(Path(node_id(checkout, test_id)).relative_to(checkout / "test"))
+
+
+def _interruptible() -> None:
+    """In pytest's process: SIGINT interrupts it (pytest then writes the tests finished so far), also when this
+    script was started in the background (``nohup ... &``), which makes a shell ignore SIGINT for its children."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 #: pytest's exit code when the run was interrupted (Ctrl-C, SIGINT): its junit file holds the tests finished.

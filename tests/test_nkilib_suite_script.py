@@ -233,3 +233,20 @@ def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not
         "families": ["core/qkv"], "wall_s": record["reruns"][-1]["wall_s"], "tests": 3, "timeout": 900,
         "interrupted_after": 1,
     }  # fmt: skip
+
+
+def test_pytest_can_be_interrupted_when_the_script_runs_in_the_background():
+    import subprocess
+
+    # a shell starting "nohup ... &" makes its children ignore SIGINT; pytest must still take it
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    parent = (
+        "import signal, subprocess, sys\n"
+        f"sys.path.insert(0, {str(Path(suite.__file__).parent)!r})\n"
+        "import nkilib_suite\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "for hook in (None, nkilib_suite._interruptible):\n"
+        f"    subprocess.run([sys.executable, '-c', {probe!r}], preexec_fn=hook, check=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]  # ignored as inherited; Python's KeyboardInterrupt handler with the hook
