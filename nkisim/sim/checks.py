@@ -214,10 +214,11 @@ class Checker:
         views = self._written_views.get(uid)
         if views is not None and view_key in views:
             return None
-        if box is not None:
+        written = False
+        if box is not None:  # every byte of the box at once; the first bytes of the elements decide otherwise
             r0, r1, b0, b1 = box
             written = _box_written(self._shadow(t.storage)[r0:r1, b0:b1])
-        else:
+        if not written:
             marks = self._view(t, every_byte=False)
             written = marks.size == 0 or _all_written(marks.reshape(marks.shape[0], -1))
         if written:

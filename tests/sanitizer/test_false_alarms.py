@@ -393,3 +393,25 @@ def test_a_shapes_only_profile_counts_a_runtime_offset_store_as_its_whole_tensor
         profile = nkisim.profile(runtime_row_offset_stores, shapes, target="trn2", check="warn")
     [finding] = [d for d in profile.diagnostics if d.check == "race"]
     assert finding.loc.line == _line(runtime_row_offset_stores, "@runtime_row_offset_stores")
+
+
+def max8_over_bytes_written_through_an_aliasing_uint8_tile(a):
+    x = nl.ndarray((P, 16), nl.float32, buffer=nl.sbuf, address=(0, 0))
+    b = nl.ndarray((P, 64), nl.uint8, buffer=nl.sbuf, address=(0, 0))
+    nisa.dma_copy(dst=b[:, 0:64:4], src=a)  # the first byte of each float32 of x
+    top = nl.ndarray((P, 8), nl.float32, buffer=nl.sbuf)
+    nisa.max8(dst=top, src=x[:, 0:8])
+    out = nl.ndarray((P, 8), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=top)
+    return out
+
+
+def test_a_view_whose_elements_are_partly_written_byte_by_byte_is_judged_by_its_first_bytes():
+    # every byte of the view's box is not written, but the first byte of each element is: the check reads an
+    # element's mark from its first byte, as for any view
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckWarning)
+        result = nkisim.run(max8_over_bytes_written_through_an_aliasing_uint8_tile, [np.ones((P, 16), np.uint8)],
+                            target="trn2", check="warn")  # fmt: skip
+    assert result.outputs.shape == (P, 8)
+    assert not [d for d in result.profile.diagnostics if d.check == "uninitialized-read"]
