@@ -195,9 +195,13 @@ def run_suite(
         env[RUN_ALL_ENV] = "1"
     print("$", " ".join(cmd), flush=True)
     start = time.monotonic()
-    proc = subprocess.run(
-        cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT, preexec_fn=_interruptible
-    )  # progress shows
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops pytest, which ends with what it finished
+    try:
+        proc = subprocess.run(
+            cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT, preexec_fn=_interruptible
+        )  # progress shows
+    finally:
+        signal.signal(signal.SIGINT, previous)
     wall = time.monotonic() - start
     if not junit.exists():
         sys.exit(f"pytest produced no results (exit {proc.returncode})")
@@ -287,7 +291,8 @@ def node_id(checkout: Path, test_id: str) -> str:
 def suite_node_id(checkout: Path, test_id: str) -> str:
     """The node id pytest gives the test in the suite: relative to ``test/``, where the suite's pytest.ini makes
     the root directory (``--deselect`` matches only that form, not the path of :func:`node_id`)."""
-    return str(Path(node_id(checkout, test_id)).relative_to(checkout / "test"))
+    path, separator, name = node_id(checkout, test_id).partition("::")  # the name as it is ("[a//b]" stays)
+    return str(Path(path).relative_to(checkout / "test")) + separator + name
 
 
 def _interruptible() -> None:

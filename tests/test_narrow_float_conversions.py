@@ -27,6 +27,8 @@ def reference_narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def test_every_code_widens_to_the_float32_ml_dtypes_decodes(dtype: np.dtype) -> None:
     codes = np.arange(256, dtype=np.uint8)
     expected = codes.view(dtype).astype(np.float32).view(np.uint32)
+    zero_d = widen(codes[:1].reshape(()).view(dtype))
+    assert isinstance(zero_d, np.ndarray) and zero_d.shape == () and zero_d.dtype == np.float32
     for shape in [(256,), (16, 16), (4, 8, 8)]:
         got = widen(codes.reshape(shape).view(dtype))
         assert got.dtype == np.float32 and got.shape == shape

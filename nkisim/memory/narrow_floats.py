@@ -68,7 +68,7 @@ def widen(array: np.ndarray) -> np.ndarray:
     table = decode_table(dtype)
     if codes.ndim == 2:
         return _decode_2d(codes, table)
-    return table[codes]
+    return np.asarray(table[codes])  # a 0-d array for a 0-d input, as astype gives
 
 
 def narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:

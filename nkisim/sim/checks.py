@@ -49,8 +49,8 @@ CHECKS = (
 #: holding never-written values a carrier moved there (nkisim.isa.carriers; the origin map says which).
 _NEVER, _WRITTEN, _TENSOR, _CARRIED = 0, 1, 2, 3
 
-#: Tiles whose all-written views :meth:`Checker._taint` remembers at most (then it starts afresh).
-MAX_WRITTEN_VIEW_TILES = 4096
+#: All-written views :meth:`Checker._taint` remembers at most (then it starts afresh).
+MAX_WRITTEN_VIEWS = 65536
 
 _IGNORED: ContextVar[frozenset[str]] = ContextVar("nkisim_ignored_checks", default=frozenset())
 
@@ -107,8 +107,9 @@ class Checker:
         #: Tiles (allocation uids) every byte of which has been written (see :meth:`_taint`).
         self._written_tiles: set[int] = set()
         #: Views found all written, by tile uid: their row box (``Tensor.row_box``), or else their byte offset,
-        #: shape and strides (see :meth:`_taint`).
+        #: shape and strides, with their item size (see :meth:`_taint`); and how many are kept.
         self._written_views: dict[int, set[tuple[object, ...]]] = {}
+        self._written_view_count = 0
         #: Where carried never-written values were first read: (loc, instruction, rule).
         self._origins: list[tuple[SourceLoc, str, str]] = []
         #: What the instruction running now carries: (dst, per-element taint), and how many dst
@@ -204,13 +205,14 @@ class Checker:
         """Per element of a static view: 0 written, -1 never written, k carried from origin k; None if all written.
 
         Once a whole tile, or a view of it, was found written, it is not looked at again: bytes of a live tile
-        only become unwritten by a carried write (:meth:`after` forgets the tile and its views then).
+        only become unwritten by a carried write (:meth:`after` then forgets what it knew of every tile, as
+        tiles placed at an address may share the bytes).
         """
         uid = t.uid
         if uid in self._written_tiles:
             return None
         box = t.row_box
-        view_key = box if box is not None else (t.byte_offset, t.array.shape, t.array.strides)
+        view_key = (box if box is not None else (t.byte_offset, t.array.shape, t.array.strides), t.itemsize)
         views = self._written_views.get(uid)
         if views is not None and view_key in views:
             return None
@@ -224,12 +226,15 @@ class Checker:
         if written:
             if t._base is None:
                 self._written_tiles.add(uid)
-            elif views is not None:
-                views.add(view_key)
             else:
-                if len(self._written_views) >= MAX_WRITTEN_VIEW_TILES:  # a cache: forgetting costs a scan
+                if self._written_view_count >= MAX_WRITTEN_VIEWS:  # a cache: forgetting costs a scan
                     self._written_views.clear()
-                self._written_views[uid] = {view_key}
+                    self._written_view_count, views = 0, None
+                if views is None:
+                    self._written_views[uid] = {view_key}
+                else:
+                    views.add(view_key)
+                self._written_view_count += 1
             return None
         marks = self._view(t, every_byte=False)
         taint = np.zeros(marks.shape, dtype=np.int32)
@@ -286,7 +291,10 @@ class Checker:
             self._carrying = None
             carried = taint > 0
             self._written_tiles.discard(dst.uid)
-            self._written_views.pop(dst.uid, None)
+            if carried.any():  # these bytes are unwritten again, for every tile over them (placed ones alias)
+                self._written_tiles.clear()
+                self._written_views.clear()
+                self._written_view_count = 0
             self._view(dst, every_byte=True)[carried] = _CARRIED
             self._origin_view(dst, every_byte=True)[carried] = taint[carried][:, None]
 

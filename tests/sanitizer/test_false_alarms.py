@@ -415,3 +415,46 @@ def test_a_view_whose_elements_are_partly_written_byte_by_byte_is_judged_by_its_
                             target="trn2", check="warn")  # fmt: skip
     assert result.outputs.shape == (P, 8)
     assert not [d for d in result.profile.diagnostics if d.check == "uninitialized-read"]
+
+
+def read_bytes_of_floats_whose_first_byte_alone_was_written(a):
+    x = nl.ndarray((P, 4), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x.ap(pattern=[[16, P], [4, 4]], offset=0, dtype=nl.uint8), src=a)  # byte 0 of each float
+    y = nl.ndarray((P, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=y, src=x[:, 0:4])  # judged by the floats' first bytes: written
+    z = nl.ndarray((P, 16), nl.uint8, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=z, src=x.ap(pattern=[[16, P], [1, 16]], offset=0, dtype=nl.uint8))  # first read
+    out = nl.ndarray((P, 16), nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=z)  # use
+    return out
+
+
+def carry_into_a_tile_placed_over_another(a):
+    x = nl.ndarray((P, 8), nl.float32, buffer=nl.sbuf, address=(0, 0))
+    b = nl.ndarray((P, 8), nl.float32, buffer=nl.sbuf, address=(0, 0))
+    nisa.dma_copy(dst=x, src=a)
+    y = nl.ndarray((P, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=y, src=x[:, 0:4])  # all written here
+    blank = nl.ndarray((P, 4), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=b[:, 0:4], src=blank)  # first read
+    out = nl.ndarray((P, 4), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x[:, 0:4])  # use
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kernel", "inputs", "count"),
+    [
+        (read_bytes_of_floats_whose_first_byte_alone_was_written, [np.ones((P, 4), np.uint8)], "1536 of the 2048"),
+        (carry_into_a_tile_placed_over_another, [np.ones((P, 8), np.float32)], "512 of the 512"),
+    ],
+)
+def test_what_the_check_remembers_of_written_views_never_hides_a_later_never_written_read(kernel, inputs, count):
+    # a view of other element size over the same bytes, and bytes shared with a tile placed at the same address
+    first, use = _line(kernel, "first read"), _line(kernel, "use")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckWarning)
+        (finding,) = nkisim.run(kernel, inputs, target="trn2", check="warn").profile.diagnostics
+    assert (finding.check, finding.loc.line) == ("uninitialized-read", first)
+    assert f"src reads {count} elements" in finding.message
+    assert f"nisa.dma_copy at test_false_alarms.py:{use} uses them (src)" in finding.message
