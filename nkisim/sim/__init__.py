@@ -2,14 +2,13 @@
 
 from nkisim.sim.deps import AccessTracker
 from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS, PROGRESS_EVERY, Budget, Instruction, Machine
-from nkisim.sim.scheduler import BandwidthCalendar, Scheduler
+from nkisim.sim.scheduler import Scheduler
 from nkisim.sim.timeline import Site, Timeline
 
 __all__ = [
     "DEFAULT_MAX_INSTRUCTIONS",
     "PROGRESS_EVERY",
     "AccessTracker",
-    "BandwidthCalendar",
     "Budget",
     "Instruction",
     "Machine",

@@ -489,6 +489,8 @@ class AccessTracker:
     def __init__(self, sync_ns: float) -> None:
         self.sync_ns = sync_ns
         self._grid_of: dict[int, int] = {}  # storage uid -> row of _grids
+        #: The kind of each grid's storage (``sbuf``, ``psum``, ``hbm``...), by row of _grids.
+        self.kinds: list[str] = []
         self._grids = np.zeros((8, 5), dtype=np.int64)
         self._used = 0  # cells of the arena in use
         self._ends = np.zeros(0)
@@ -519,6 +521,7 @@ class AccessTracker:
         self._grids[g] = (self._used, rows, cols, granule, row_bytes)
         self._used += size
         self._grid_of[storage.uid] = g
+        self.kinds.append(storage.kind)
         return g
 
     def _write_regions(self, reads: list[Region], writes: list[Region]) -> None:

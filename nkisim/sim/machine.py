@@ -185,7 +185,7 @@ class Machine:
             self._place()
         spec = self.registry[instruction.opcode]
         loc = instruction.loc
-        if len(self.scheduler.timeline) >= self._next_check:
+        if self.scheduler.count >= self._next_check:
             self._checkpoint(spec, loc)
         arguments = instruction.arguments
         key = call_key(instruction.opcode, arguments)
@@ -226,7 +226,7 @@ class Machine:
             summary = plan.summary
         if self.memory.spilled:
             self._spill_traffic(loc, tensor_reads, tensor_writes)
-        index = len(self.scheduler.timeline)
+        index = self.scheduler.count
         if spec.synchronise is not None:
             arrival = self.scheduler.earliest_start(engine, reads, writes, instruction.unit)
             chk = Check(spec.name, engine, self.hw, loc, spec.namespace)
@@ -253,7 +253,7 @@ class Machine:
             self._pending_after = []
         self.scheduler.schedule(opcode, engine, cost, reads, writes, loc, args=summary, unit=unit, after=after)
         if self._pending_saves:
-            self._save_spilled(len(self.scheduler.timeline) - 1, loc)
+            self._save_spilled(self.scheduler.count - 1, loc)
 
     def _spill_traffic(self, loc: SourceLoc, reads: list[tuple[str, Tensor]], writes: list[tuple[str, Tensor]]) -> None:
         """Place the refills of the spilled bytes the instruction reads; keep the saves of those it writes.
@@ -292,7 +292,7 @@ class Machine:
         Returns:
             None when the edge holds; else the start ``consumer`` would need (in ns).
         """
-        if self._pending is not None and consumer == len(self.scheduler.timeline) and producer < consumer:
+        if self._pending is not None and consumer == self.scheduler.count and producer < consumer:
             self._pending_after.append(producer)
             return None
         # read the placed instructions without placing the pending one: an edge into it may still come
@@ -303,7 +303,7 @@ class Machine:
 
     def _checkpoint(self, spec: InstructionSpec, loc: SourceLoc) -> None:
         """Before the next instruction: report progress, enforce the budget, and set the next check."""
-        count = len(self.scheduler.timeline)
+        count = self.scheduler.count
         budget = self.budget
         elapsed = time.monotonic() - budget.start
         where = f"{spec.qualname}: "

@@ -23,17 +23,19 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
+
+import numpy as np
 
 from nkisim.errors import SourceLoc
 from nkisim.hw import QUEUED_ENGINES, Engine, HwConfig
 from nkisim.isa import Cost
 from nkisim.memory import Region
-from nkisim.sim.deps import AccessTracker
+from nkisim.sim import placement
+from nkisim.sim.deps import _DONE, _NEEDS_SLOTS, AccessTracker, _commit_all
 from nkisim.sim.timeline import Operands, Timeline
 
-__all__ = ["BandwidthCalendar", "Scheduler", "Timeline"]
+__all__ = ["BATCH", "SPILL_TRACK", "Scheduler", "Timeline"]
 
 #: Sites one scheduler remembers by the identity of their operand summary.
 MAX_SITES = 4096
@@ -41,97 +43,125 @@ MAX_SITES = 4096
 #: The track of the spill transfers (the profiler's ``qSyncSpillReload`` queue).
 SPILL_TRACK = "DMA spill"
 
+#: Instructions waiting to be placed at most; reading the timeline places them at once.
+BATCH = 1024
 
-class BandwidthCalendar:
-    """Busy intervals of a shared resource; a booking takes the first gap that fits."""
-
-    def __init__(self) -> None:
-        self._starts: list[float] = []
-        self._ends: list[float] = []
-
-    def book(self, earliest: float, duration: float) -> float:
-        """Reserve ``duration`` at or after ``earliest``; returns the start."""
-        starts, ends = self._starts, self._ends
-        i = bisect.bisect_right(ends, earliest)
-        start = earliest
-        while i < len(starts) and starts[i] < start + duration:
-            start = max(start, ends[i])
-            i += 1
-        self._insert(i, start, start + duration)
-        return start
-
-    def copy(self) -> BandwidthCalendar:
-        twin = BandwidthCalendar()
-        twin._starts, twin._ends = list(self._starts), list(self._ends)
-        return twin
-
-    def _insert(self, i: int, start: float, end: float) -> None:
-        starts, ends = self._starts, self._ends
-        if i > 0 and ends[i - 1] >= start:
-            i -= 1
-            start = starts[i]
-            del starts[i], ends[i]
-        if i < len(starts) and starts[i] <= end:
-            end = max(end, ends[i])
-            del starts[i], ends[i]
-        starts.insert(i, start)
-        ends.insert(i, end)
+#: The stationary region of an instruction that names none.
+_NO_REGION = (-1, 0, 0, 0, 0)
 
 
 class Scheduler:
-    """Assigns each instruction, in program order, a start and end time."""
+    """Assigns each instruction, in program order, a start and end time.
+
+    :meth:`schedule` queues an instruction; the queue is placed by one compiled call
+    (:func:`nkisim.sim.placement.place_batch`) when it holds :data:`BATCH` instructions or
+    when anything reads the result (:attr:`timeline`, :meth:`earliest_start`,
+    :meth:`edge_ready`). The times are those of placing each instruction at once.
+    """
 
     def __init__(self, hw: HwConfig) -> None:
         self.hw = hw
         self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
-        self.timeline = Timeline()
-        self._dma_tracks = [f"DMA q{queue}" for queue in range(hw.dma.queues)]
-        #: Track names by (engine value, unit): enum members hash through a Python call, their values do not.
-        self._compute_tracks: dict[tuple[int, int | None], str] = {}
-        #: When each compute track (an engine, or one unit of a replicated engine) is free.
-        self._engine_free: dict[str, float] = {}
-        self._queue_free = [0.0] * hw.dma.queues
-        self._spill_free = 0.0  # when the spill queue is free
-        # While every transfer has used all DMA engines their calendars are identical: keep one.
-        self._all_dma_engines: BandwidthCalendar | None = BandwidthCalendar()
-        self._dma_engines: list[BandwidthCalendar] = []
-        self._last_on_track: dict[str, int] = {}
-        self._stationary: object = None
-        self._load_stationary_free = 0.0
-        self._matmul_start = 0.0
-        self._table: str | None = None
-        self._port_free = {port.name: 0.0 for port in hw.ports}
-        #: The shared memory ports of each engine, by engine value.
-        self._ports = {e.value: [p for p in hw.ports if e.name in p.engines] for e in QUEUED_ENGINES}
-        #: :meth:`_static_ns` by (engine value, field): constants of ``hw``, worked out once per run.
-        self._static: dict[tuple[int, str], float] = {}
-        self._access_ns: dict[int, float] = {}  # the access latency of each engine, by engine value
+        self._timeline = Timeline()
+        self._queues = hw.dma.queues
+        #: Track names by lane: the DMA queues, the spill queue, then the compute tracks in order of first use.
+        self._lane_names = [f"DMA q{queue}" for queue in range(self._queues)] + [SPILL_TRACK]
+        #: Compute lanes by (engine value, unit): enum members hash through a Python call, their values do not.
+        self._lane_of: dict[tuple[int, int | None], int] = {}
+        lanes = len(self._lane_names) + 8
+        self._lane_free = np.zeros(lanes)
+        self._lane_track = np.full(lanes, -1, dtype=np.int64)
+        self._lane_last = np.full(lanes, -1, dtype=np.int64)
+        self._scalars = np.zeros(2)
+        self._flags = np.zeros(10, dtype=np.int64)
+        self._flags[placement.ST_G] = -1
+        self._flags[placement.TABLE] = -1
+        self._flags[placement.ALL_DMA] = 1
+        self._tables: dict[str, int] = {}
+        engine_values = max(e.value for e in Engine) + 1
+        #: Per engine value: the dependent-instruction overhead and the access latency in ns (NaN: not worked out).
+        self._engine_ns = np.full((engine_values, 2), np.nan)
+        #: Memory kinds by number (a port's memory, a storage's kind).
+        self._kinds: dict[str, int] = {}
+        ports = hw.ports
+        self._port_free = np.zeros(max(1, len(ports)))
+        self._port_kind = np.array([self._kind(p.memory) for p in ports] or [-1], dtype=np.int64)
+        self._engine_ports = np.full((engine_values, max(1, len(ports))), -1, dtype=np.int64)
+        for engine in QUEUED_ENGINES:
+            mine = [i for i, p in enumerate(ports) if engine.name in p.engines]
+            self._engine_ports[engine.value, : len(mine)] = mine
+        self._grid_kind = np.zeros(0, dtype=np.int64)
+        calendars = 1 + hw.dma.engines
+        self._cal_starts = np.zeros((calendars, 64))
+        self._cal_ends = np.zeros((calendars, 64))
+        self._cal_counts = np.zeros(calendars, dtype=np.int64)
+        self._inst_end = np.zeros(1024)
         #: Timeline sites by the identity of an operand summary and the rest of the site (the entry keeps the summary).
         self._sites: dict[tuple[object, ...], tuple[Operands, type, type, int]] = {}
+        self._clear_batch()
 
-    def _track(self, engine: Engine, unit: int | None) -> tuple[str, int]:
-        """The track an instruction runs on, and its DMA queue (-1 for a compute engine).
+    def _clear_batch(self) -> None:
+        self._lanes: list[int] = []
+        self._engines: list[int] = []
+        self._costs: list[tuple[float, float, float, float]] = []
+        self._table_ids: list[int] = []
+        self._dma: list[tuple[int, int]] = []
+        self._regions: list[tuple[int, int, int, int, int]] = []
+        self._region_ends: list[int] = [0]
+        self._reads: list[int] = []
+        self._setup: list[tuple[int, int, int, int, int]] = []
+        self._edges: list[int] = []
+        self._edge_ends: list[int] = [0]
+        self._site_ids: list[int] = []
 
-        A replicated engine (several cores of one kind) has one in-order track per ``unit``.
-        """
-        if engine is Engine.dma:
-            free = self._queue_free
-            queue = free.index(min(free))  # the first of the queues free earliest
-            return self._dma_tracks[queue], queue
+    @property
+    def count(self) -> int:
+        """Instructions scheduled so far, placed or queued."""
+        return len(self._timeline) + len(self._lanes)
+
+    @property
+    def timeline(self) -> Timeline:
+        """Every instruction scheduled so far, placed."""
+        if self._lanes:
+            self.flush()
+        return self._timeline
+
+    def _kind(self, name: str) -> int:
+        return self._kinds.setdefault(name, len(self._kinds))
+
+    def _lane(self, engine: Engine, unit: int | None) -> int:
+        """The lane of a compute engine (or one unit of a replicated engine), made on first use."""
         key = (engine._value_, unit)
-        track = self._compute_tracks.get(key)
-        if track is None:
-            track = self._compute_tracks[key] = engine.title if unit is None else f"{engine.title} {unit}"
-        return track, -1
+        lane = self._lane_of.get(key)
+        if lane is not None:
+            return lane
+        lane = self._lane_of[key] = len(self._lane_names)
+        self._lane_names.append(engine.title if unit is None else f"{engine.title} {unit}")
+        if lane >= len(self._lane_free):
+            grow = len(self._lane_free)
+            self._lane_free = np.concatenate([self._lane_free, np.zeros(grow)])
+            self._lane_track = np.concatenate([self._lane_track, np.full(grow, -1, dtype=np.int64)])
+            self._lane_last = np.concatenate([self._lane_last, np.full(grow, -1, dtype=np.int64)])
+        if np.isnan(self._engine_ns[engine.value, 0]):
+            self._engine_ns[engine.value] = (
+                self._static_ns(engine, "dependent_overhead_cycles"),
+                self._static_ns(engine, "access_latency_cycles"),
+            )
+        return lane
+
+    def _dma_lane(self) -> int:
+        free = self._lane_free[: self._queues].tolist()
+        return free.index(min(free))  # the first of the queues free earliest
 
     def earliest_start(
         self, engine: Engine, reads: list[Region], writes: list[Region], unit: int | None = None
     ) -> float:
         """When an instruction could start now (its data ready, its engine or queue free), without placing it."""
-        track, queue = self._track(engine, unit)
-        free = self._queue_free[queue] if queue >= 0 else self._engine_free.get(track, 0.0)
-        track_id = self.timeline.known_track(track)
-        ready, _ = self.tracker.ready(reads, writes, len(self.timeline.tracks) if track_id is None else track_id)
+        tl = self.timeline
+        lane = self._dma_lane() if engine is Engine.dma else self._lane_of.get((engine._value_, unit))
+        free = 0.0 if lane is None else float(self._lane_free[lane])
+        track = -1 if lane is None else int(self._lane_track[lane])
+        ready, _ = self.tracker.ready(reads, writes, len(tl.tracks) if track < 0 else track)
         return max(ready, free)
 
     def edge_ready(self, producer: int, track_id: int) -> float:
@@ -155,48 +185,14 @@ class Scheduler:
         args: Operands = (),
         unit: int | None = None,
         after: Sequence[int] = (),
-    ) -> tuple[float, float]:
-        """Place one instruction on the timeline; returns its (start, end) in ns.
+    ) -> int:
+        """Queue one instruction for the timeline; returns its index.
 
         ``not_before`` holds it back until another core is ready too (``core_barrier``, ``sendrecv``);
         ``unit`` picks one instance of a replicated engine (its own in-order track); ``after``
         lists instructions it waits for besides its data producers (``depends_on`` edges).
         """
-        tl = self.timeline
-        track, queue = self._track(engine, unit)
-        track_id = tl.track_number(track)
-        (_, read_producer), (ready, producer) = self.tracker.ready_both(reads, writes, track_id)
-        for edge in after:
-            needed = self.edge_ready(edge, track_id)
-            if needed > ready:
-                ready, producer = needed, edge
-        previous = self._last_on_track.get(track, -1)
-        if not_before > ready:
-            ready, producer = not_before, -1
-        if queue >= 0:
-            free = self._queue_free[queue]
-            start, end = self._place_dma(queue, max(ready, free), cost)
-            busy = cost.busy_ns
-        else:
-            if producer >= 0 and producer == previous and read_producer == previous:
-                # reading the result of the instruction just before on this engine
-                ready += self._static_ns(engine, "dependent_overhead_cycles")
-            free = self._engine_free.get(track, 0.0)
-            start, busy = self._place_compute(engine, track, ready, free, cost, reads, writes)
-            end = start + busy + cost.latency_ns
-        # results are readable an SBUF/PSUM access latency after the last write
-        if queue >= 0:
-            visible = end
-        else:
-            latency = self._access_ns.get(engine._value_)
-            if latency is None:
-                latency = self._access_ns[engine._value_] = self._static_ns(engine, "access_latency_cycles")
-            visible = end + latency
-        index = len(tl)
-        self._last_on_track[track] = index
-        pred = producer if ready > free else previous
-        self.tracker.commit(reads, writes, end, index, track_id, visible)
-        wait = max(0.0, ready - free)
+        lane = -1 if engine is Engine.dma else self._lane(engine, unit)
         nbytes, flops = cost.bytes, cost.flops
         # a call with the very operand summary of an earlier one from its line has its site: no need to hash the summary
         site_key = (id(args), opcode, source.file, source.line, source.function, nbytes, flops)
@@ -204,11 +200,10 @@ class Scheduler:
         if known is not None and known[0] is args and known[1] is nbytes.__class__ and known[2] is flops.__class__:
             site = known[3]
         else:
-            site = tl.site_number(opcode, source, nbytes, flops, args)
+            site = self._timeline.site_number(opcode, source, nbytes, flops, args)
             if len(self._sites) < MAX_SITES:
                 self._sites[site_key] = (args, nbytes.__class__, flops.__class__, site)
-        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, nbytes, flops, args, site)
-        return start, end
+        return self._queue(lane, engine._value_, cost, reads, writes, not_before, after, site)
 
     def schedule_spill(
         self,
@@ -219,100 +214,138 @@ class Scheduler:
         source: SourceLoc,
         after: Sequence[int],
     ) -> int:
-        """Place a spill transfer on the spill queue, after its data and the instructions ``after``; returns its index.
+        """Queue a spill transfer on the spill queue, after its data and the instructions ``after``; returns its index.
 
         It is a DMA like any other (the fixed latency, then its bytes over the DMA engines it
         uses), in order on :data:`SPILL_TRACK`.
         """
-        tl = self.timeline
-        track_id = tl.track_number(SPILL_TRACK)
-        ready, producer = self.tracker.ready(reads, writes, track_id)
-        for edge in after:
-            needed = self.edge_ready(edge, track_id)
-            if needed > ready:
-                ready, producer = needed, edge
-        free = self._spill_free
-        start = max(ready, free)
-        end = self._spill_free = self._book_dma(start, cost)
-        index = len(tl)
-        pred = producer if ready > free else self._last_on_track.get(SPILL_TRACK, -1)
-        self._last_on_track[SPILL_TRACK] = index
-        self.tracker.commit(reads, writes, end, index, track_id)
-        site = tl.site_number(opcode, source, cost.bytes, cost.flops, ())
-        busy, wait = cost.busy_ns, max(0.0, ready - free)
-        tl.append(opcode, track_id, start, end, busy, wait, source, producer, pred, cost.bytes, cost.flops, (), site)
-        return index
+        site = self._timeline.site_number(opcode, source, cost.bytes, cost.flops, ())
+        return self._queue(self._queues, Engine.dma.value, cost, reads, writes, 0.0, after, site)
 
-    def _static_ns(self, engine: Engine, cycles_field: str) -> float:
-        """A per-engine static cost in ns (the Tensor Engine has none of these)."""
-        key = (engine._value_, cycles_field)
-        ns = self._static.get(key)
-        if ns is None:
-            ns = (
-                0.0
-                if engine is Engine.tensor
-                else getattr(self.hw.engine(engine), cycles_field) / self.hw.clock_ghz(engine)
-            )
-            self._static[key] = ns
-        return ns
-
-    def _place_compute(
+    def _queue(
         self,
-        engine: Engine,
-        track: str,
-        ready: float,
-        free: float,
+        lane: int,
+        engine: int,
         cost: Cost,
         reads: list[Region],
         writes: list[Region],
-    ) -> tuple[float, float]:
-        """Start and occupancy of a compute instruction, after its setup stage and shared ports."""
-        busy = cost.busy_ns
-        start = max(ready, free)
-        key = None
-        if isinstance(cost.setup_key, Region):  # the tile, and which instruction last wrote it
-            key = (cost.setup_key, self.tracker.ready([cost.setup_key], [], 0)[1])
-        if cost.setup_ns and (key is None or key != self._stationary):
-            # LoadStationary runs on its own stage, in the background of the previous matmul.
-            load_start = max(ready, self._load_stationary_free, self._matmul_start)
-            self._load_stationary_free = load_start + cost.setup_ns
-            start = max(start, self._load_stationary_free)
-        if engine is Engine.tensor:  # a transpose or another load replaces the stationary tile
-            self._stationary = key
-        if engine is Engine.scalar and cost.table is not None and cost.table != self._table:
-            busy += self.hw.scalar.table_load_ns  # no table is loaded when the kernel starts
-            self._table = cost.table
-        engine_ports = self._ports[engine._value_]
-        if engine_ports:
-            memories = {r.storage.kind for r in reads}
-            memories.update(r.storage.kind for r in writes)
-            ports = [p.name for p in engine_ports if p.memory in memories]
-            for port in ports:
-                start = max(start, self._port_free[port])
-            for port in ports:
-                self._port_free[port] = start + busy
-        self._engine_free[track] = start + busy
+        not_before: float,
+        after: Sequence[int],
+        site: int,
+    ) -> int:
+        index = self.count
+        self._lanes.append(lane)
+        self._engines.append(engine)
+        self._costs.append((cost.busy_ns, cost.latency_ns, cost.setup_ns, not_before))
+        table = cost.table
+        self._table_ids.append(-1 if table is None else self._tables.setdefault(table, len(self._tables)))
+        self._dma.append(cost.dma_engines or (0, self.hw.dma.engines))
+        rows = self._regions
+        grid_of = self.tracker._grid_of
+        for region in (*reads, *writes):
+            g = grid_of.get(region.storage.uid)
+            if g is None:
+                g = self.tracker._add_grid(region.storage)
+            rows.append((g, region.r0, region.r1, region.b0, region.b1))
+        self._region_ends.append(len(rows))
+        self._reads.append(len(reads))
+        key = cost.setup_key
+        if isinstance(key, Region):
+            g = grid_of.get(key.storage.uid)
+            if g is None:
+                g = self.tracker._add_grid(key.storage)
+            self._setup.append((g, key.r0, key.r1, key.b0, key.b1))
+        else:
+            self._setup.append(_NO_REGION)
+        if after:
+            self._edges.extend(after)
+        self._edge_ends.append(len(self._edges))
+        self._site_ids.append(site)
+        if len(self._lanes) >= BATCH:
+            self.flush()
+        return index
+
+    def flush(self) -> None:
+        """Place every queued instruction, in program order."""
+        n = len(self._lanes)
+        if not n:
+            return
+        tl, tracker = self._timeline, self.tracker
+        base = len(tl)
+        self._make_room(base + n, n)
+        regions = np.array(self._regions, dtype=np.int64).reshape(-1, 5)
+        region_ends = np.array(self._region_ends, dtype=np.int64)
+        reads = np.array(self._reads, dtype=np.int64)
+        out_f = np.empty((n, 5))
+        out_i = np.empty((n, 3), dtype=np.int64)
+        columns = (
+            np.array(self._lanes, dtype=np.int64),
+            np.array(self._engines, dtype=np.int64),
+            np.array(self._costs, dtype=np.float64),
+            np.array(self._table_ids, dtype=np.int64),
+            np.array(self._dma, dtype=np.int64),
+            region_ends,
+            reads,
+            regions,
+            np.array(self._setup, dtype=np.int64),
+            np.array(self._edge_ends, dtype=np.int64),
+            np.array(self._edges, dtype=np.int64),
+        )
+        begin = 0
+        while begin < n:
+            status, k, at = placement.place_batch(
+                begin, n, base, *columns, self._scalars, self._flags, self._lane_free, self._lane_track,
+                self._lane_last, self._queues, self._engine_ns, self._engine_ports, self._port_free, self._port_kind,
+                self._grid_kind, self.hw.scalar.table_load_ns, self._cal_starts, self._cal_ends, self._cal_counts,
+                self.hw.dma.engines, tracker._ends, tracker._codes, tracker._pool, tracker._grids, tracker._tracks,
+                self._inst_end, tracker.sync_ns, out_f, out_i,
+            )  # fmt: skip
+            if status == _DONE:
+                break
+            # the dependency pool must grow: finish recording instruction k's regions, then go on after it
+            mine = regions[region_ends[k] : region_ends[k + 1]]
+            writes = len(mine) - int(reads[k])
+            while status != _DONE:
+                if status == _NEEDS_SLOTS:
+                    tracker._more_slots(max(len(tracker._pool), 2 * int(mine[at, 2] - mine[at, 1])))
+                else:
+                    tracker._longer()
+                status, at = _commit_all(
+                    tracker._ends, tracker._codes, tracker._pool, tracker._grids, mine, int(reads[k]), writes, at,
+                    out_f[k, 1], out_f[k, 4], base + k + 1,
+                )  # fmt: skip
+            begin = k + 1
+        named = len(tl.tracks)
+        if self._flags[placement.TRACKS] > named:
+            lanes = np.argsort(self._lane_track)  # every new track in number order
+            for lane in lanes[np.searchsorted(self._lane_track[lanes], named) :]:
+                tl.track_number(self._lane_names[lane])
+        tl.extend(out_f, out_i, self._site_ids)
+        self._clear_batch()
+
+    def _make_room(self, total: int, n: int) -> None:
+        """Grow the per-instruction arrays to ``total`` entries, the calendars by ``n`` intervals, and the memory
+        kinds to every storage the tracker knows."""
+        tracker = self.tracker
+        if total > len(tracker._tracks):
+            size = max(total, 2 * len(tracker._tracks))
+            tracker._tracks = np.concatenate([tracker._tracks, np.zeros(size - len(tracker._tracks), np.int32)])
+        if total > len(self._inst_end):
+            self._inst_end = np.concatenate([self._inst_end, np.zeros(max(total, 2 * len(self._inst_end)))])
+        needed = int(self._cal_counts.max()) + n + 1
+        if needed > self._cal_starts.shape[1]:
+            width = max(needed, 2 * self._cal_starts.shape[1])
+            for name in ("_cal_starts", "_cal_ends"):
+                old = getattr(self, name)
+                grown = np.zeros((old.shape[0], width))
+                grown[:, : old.shape[1]] = old
+                setattr(self, name, grown)
+        kinds = tracker.kinds
+        if len(kinds) > len(self._grid_kind):
+            self._grid_kind = np.array([self._kind(kind) for kind in kinds], dtype=np.int64)
+
+    def _static_ns(self, engine: Engine, cycles_field: str) -> float:
+        """A per-engine static cost in ns (the Tensor Engine has none of these)."""
         if engine is Engine.tensor:
-            self._matmul_start = start
-        return start, busy
-
-    def _place_dma(self, queue: int, start: float, cost: Cost) -> tuple[float, float]:
-        """Book the transfer on each DMA engine it uses; it ends when the last of them does."""
-        end = self._queue_free[queue] = self._book_dma(start, cost)
-        return start, end
-
-    def _book_dma(self, start: float, cost: Cost) -> float:
-        """Book a transfer starting at ``start`` on the DMA engines it uses; returns when the last is done."""
-        engines = self.hw.dma.engines
-        first, count = cost.dma_engines or (0, engines)
-        earliest = start + cost.latency_ns
-        if self._all_dma_engines is not None:
-            if count == engines:
-                return self._all_dma_engines.book(earliest, cost.busy_ns) + cost.busy_ns
-            self._dma_engines = [self._all_dma_engines.copy() for _ in range(engines)]
-            self._all_dma_engines = None
-        end = earliest
-        for engine in range(first, first + count):
-            booked = self._dma_engines[engine % engines].book(earliest, cost.busy_ns)
-            end = max(end, booked + cost.busy_ns)
-        return end
+            return 0.0
+        return getattr(self.hw.engine(engine), cycles_field) / self.hw.clock_ghz(engine)
