@@ -135,7 +135,8 @@ TRIAGE: list[tuple[str, str, str]] = [
         "all 117 TestGenMaskTkg tests pass on trn3 with rtol=atol=0",
     ),
     (
-        r"mlp\.py\W+line \d+.*IndentationError|IndentationError: unexpected indent",
+        r"mlp\.py\W+line \d+.*IndentationError|IndentationError: unexpected indent"
+        r"|core\.mlp\.test_mlp_(cte|tkg): collection failure",
         "suite",
         "the checkout's src/nkilib_src/nkilib/core/mlp/mlp.py does not parse (a docstring closed too early, "
         "nki-library commit d2ad3a5), so every test that imports it fails to collect",
