@@ -29,9 +29,7 @@ def first_fit(busy: list[tuple[float, float]], earliest: float, duration: float)
 
 #: Positive durations: the calendar keeps intervals that touch as one, so a zero-length booking at the point
 #: where two meet goes after both (where the reference, which keeps them apart, would put it between).
-bookings = st.lists(
-    st.tuples(st.integers(0, 200).map(float), st.integers(1, 30).map(float)), min_size=1, max_size=60
-)
+bookings = st.lists(st.tuples(st.integers(0, 200).map(float), st.integers(1, 30).map(float)), min_size=1, max_size=60)
 
 
 @settings(max_examples=200, deadline=None)

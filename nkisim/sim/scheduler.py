@@ -98,26 +98,24 @@ class Scheduler:
         self._inst_end = np.zeros(1024)
         #: Timeline sites by the identity of an operand summary and the rest of the site (the entry keeps the summary).
         self._sites: dict[tuple[object, ...], tuple[Operands, type, type, int]] = {}
+        #: Instructions scheduled so far, placed or queued.
+        self.count = 0
         self._clear_batch()
 
     def _clear_batch(self) -> None:
         self._lanes: list[int] = []
         self._engines: list[int] = []
-        self._costs: list[tuple[float, float, float, float]] = []
+        # flat lists (numpy converts them twice as fast as lists of tuples): 4 costs, 2 DMA fields, 5 per region
+        self._costs: list[float] = []
         self._table_ids: list[int] = []
-        self._dma: list[tuple[int, int]] = []
-        self._regions: list[tuple[int, int, int, int, int]] = []
+        self._dma: list[int] = []
+        self._regions: list[int] = []
         self._region_ends: list[int] = [0]
         self._reads: list[int] = []
-        self._setup: list[tuple[int, int, int, int, int]] = []
+        self._setup: list[int] = []
         self._edges: list[int] = []
         self._edge_ends: list[int] = [0]
         self._site_ids: list[int] = []
-
-    @property
-    def count(self) -> int:
-        """Instructions scheduled so far, placed or queued."""
-        return len(self._timeline) + len(self._lanes)
 
     @property
     def timeline(self) -> Timeline:
@@ -234,29 +232,30 @@ class Scheduler:
         site: int,
     ) -> int:
         index = self.count
+        self.count = index + 1
         self._lanes.append(lane)
         self._engines.append(engine)
-        self._costs.append((cost.busy_ns, cost.latency_ns, cost.setup_ns, not_before))
+        self._costs.extend((cost.busy_ns, cost.latency_ns, cost.setup_ns, not_before))
         table = cost.table
         self._table_ids.append(-1 if table is None else self._tables.setdefault(table, len(self._tables)))
-        self._dma.append(cost.dma_engines or (0, self.hw.dma.engines))
+        self._dma.extend(cost.dma_engines or (0, self.hw.dma.engines))
         rows = self._regions
         grid_of = self.tracker._grid_of
         for region in (*reads, *writes):
             g = grid_of.get(region.storage.uid)
             if g is None:
                 g = self.tracker._add_grid(region.storage)
-            rows.append((g, region.r0, region.r1, region.b0, region.b1))
-        self._region_ends.append(len(rows))
+            rows.extend((g, region.r0, region.r1, region.b0, region.b1))
+        self._region_ends.append(len(rows) // 5)
         self._reads.append(len(reads))
         key = cost.setup_key
         if isinstance(key, Region):
             g = grid_of.get(key.storage.uid)
             if g is None:
                 g = self.tracker._add_grid(key.storage)
-            self._setup.append((g, key.r0, key.r1, key.b0, key.b1))
+            self._setup.extend((g, key.r0, key.r1, key.b0, key.b1))
         else:
-            self._setup.append(_NO_REGION)
+            self._setup.extend(_NO_REGION)
         if after:
             self._edges.extend(after)
         self._edge_ends.append(len(self._edges))
@@ -281,13 +280,13 @@ class Scheduler:
         columns = (
             np.array(self._lanes, dtype=np.int64),
             np.array(self._engines, dtype=np.int64),
-            np.array(self._costs, dtype=np.float64),
+            np.array(self._costs, dtype=np.float64).reshape(n, 4),
             np.array(self._table_ids, dtype=np.int64),
-            np.array(self._dma, dtype=np.int64),
+            np.array(self._dma, dtype=np.int64).reshape(n, 2),
             region_ends,
             reads,
             regions,
-            np.array(self._setup, dtype=np.int64),
+            np.array(self._setup, dtype=np.int64).reshape(n, 5),
             np.array(self._edge_ends, dtype=np.int64),
             np.array(self._edges, dtype=np.int64),
         )
