@@ -8,7 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from nl_reference import (
     BF16,
@@ -329,6 +329,7 @@ def test_bad_dtype_and_expand_dims_axis():
     flip=st.one_of(st.none(), st.integers(0, 4999)),
     dtype=st.sampled_from([np.float32, np.uint8, ml_dtypes.bfloat16]),
 )
+@settings(deadline=None)  # 20,000 one-byte chunks take ~200 ms on a loaded 2-core machine
 def test_bytes_differ_compares_every_byte_bit_exactly_in_chunks(n, chunk, flip, dtype):
     """Against the bytes themselves: a one-bit change anywhere is a difference; NaN equals its own bits."""
     from nkisim.memory.views import bytes_differ

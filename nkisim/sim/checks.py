@@ -110,6 +110,10 @@ class Checker:
         #: shape and strides, with their item size (see :meth:`_taint`); and how many are kept.
         self._written_views: dict[int, set[tuple[object, ...]]] = {}
         self._written_view_count = 0
+        #: Whole tiles every byte of whose shadow holds one mark, by uid (see :meth:`after`); kept only while no
+        #: tile has been placed at an address (placed tiles may share bytes with others).
+        self._uniform_marks: dict[int, int] = {}
+        self._aliasing = False
         #: Where carried never-written values were first read: (loc, instruction, rule).
         self._origins: list[tuple[SourceLoc, str, str]] = []
         #: What the instruction running now carries: (dst, per-element taint), and how many dst
@@ -163,6 +167,9 @@ class Checker:
         """A new on-chip tile: its bytes are unwritten (unless placed on purpose over another's)."""
         if not placed:
             self._bytes_of(tensor)[...] = 0
+        else:
+            self._aliasing = True
+            self._uniform_marks.clear()
 
     def spilled(self, tensor: Tensor, free: int, loc: SourceLoc | None) -> None:
         """A new tile did not fit and was spilled to the next-tier memory: a performance warning at its line."""
@@ -276,21 +283,32 @@ class Checker:
         PSUM bytes a Tensor Engine instruction wrote are marked 2, others 1 (see :meth:`_accumulate_rule`).
         """
         mark = _TENSOR if engine is Engine.tensor else _WRITTEN
+        uniform = self._uniform_marks
         for _, t in writes:
             if not _tracked(t):
                 continue
             if t.is_dynamic:
                 r = t.region
                 self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = mark
+                uniform.pop(t.uid, None)
+            elif t._base is None and t.row_box is not None:  # a whole tile
+                # a tile written whole again with the mark it holds (the usual case in a loop) needs no fill
+                if uniform.get(t.uid) != mark:
+                    self._bytes_of(t)[...] = mark
+                    if not self._aliasing:
+                        if len(uniform) >= MAX_WRITTEN_VIEWS:
+                            uniform.clear()
+                        uniform[t.uid] = mark
+                self._written_tiles.add(t.uid)  # every byte of the tile is written now (see _taint)
             else:
                 self._bytes_of(t)[...] = mark
-                if t._base is None and t.row_box is not None:
-                    self._written_tiles.add(t.uid)  # every byte of the tile is written now (see _taint)
+                uniform.pop(t.uid, None)  # a view's uid is its tile's
         if self._carrying is not None:
             dst, taint = self._carrying
             self._carrying = None
             carried = taint > 0
             self._written_tiles.discard(dst.uid)
+            self._uniform_marks.pop(dst.uid, None)
             if carried.any():  # these bytes are unwritten again, for every tile over them (placed ones alias)
                 self._written_tiles.clear()
                 self._written_views.clear()
