@@ -54,20 +54,27 @@ def _book(starts: np.ndarray, ends: np.ndarray, counts: np.ndarray, c: int, earl
     if i > 0 and e[i - 1] >= first:  # merge with the interval before
         i -= 1
         first = s[i]
-        s[i : n - 1] = s[i + 1 : n].copy()
-        e[i : n - 1] = e[i + 1 : n].copy()
+        _remove(s, e, i, n)
         n -= 1
     if i < n and s[i] <= end:  # and the one after
         end = max(end, e[i])
-        s[i : n - 1] = s[i + 1 : n].copy()
-        e[i : n - 1] = e[i + 1 : n].copy()
+        _remove(s, e, i, n)
         n -= 1
-    s[i + 1 : n + 1] = s[i:n].copy()
-    e[i + 1 : n + 1] = e[i:n].copy()
+    for j in range(n, i, -1):  # make room at i
+        s[j] = s[j - 1]
+        e[j] = e[j - 1]
     s[i] = first
     e[i] = end
     counts[c] = n + 1
     return start
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _remove(s: np.ndarray, e: np.ndarray, i: int, n: int) -> None:
+    """Remove interval ``i`` of ``n``."""
+    for j in range(i, n - 1):
+        s[j] = s[j + 1]
+        e[j] = e[j + 1]
 
 
 @numba.njit(cache=True, nogil=True)
