@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nkisim.errors import OperandError, SourceLoc
 from nkisim.hw import Engine, HwConfig, load_target
@@ -136,3 +138,24 @@ def test_declared_extra_accesses_order_dependent_instructions() -> None:
     tl = machine.timeline
     assert tl.producer[1] == 0
     assert tl.start_ns[1] >= tl.end_ns[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(1, 128), st.lists(st.integers(1, 9), min_size=0, max_size=3)), min_size=1, max_size=6
+    ),
+    dtype=st.sampled_from([np.float32, np.uint8, np.int16]),
+    buffer=st.sampled_from([Buffer.sbuf, Buffer.psum]),
+)
+def test_a_new_tile_knows_its_bytes_as_the_view_rules_work_them_out(shapes, dtype, buffer):
+    """The allocator gives a new tile its region and row box; the generic rules over its array must agree."""
+    from nkisim.memory.pattern import row_box_of
+    from nkisim.memory.views import region_of
+
+    machine = Machine(load_target("trn2"), compute=False)
+    for partitions, free in shapes:
+        tile = machine.memory.new_tensor((partitions, *free), np.dtype(dtype), buffer)
+        start = tile.array.ctypes.data - tile.storage.address
+        assert tile.region == region_of(tile.array, tile.storage, start)
+        assert tile.row_box == (row_box_of(tile.array, tile.storage.row_bytes, start) or None)

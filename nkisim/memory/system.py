@@ -22,6 +22,7 @@ from nkisim.hw import HwConfig
 from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
+from nkisim.memory.views import Region
 
 
 class MemoryRecorder(Protocol):
@@ -165,6 +166,9 @@ class MemorySystem:
             strides=(storage.row_bytes, *_contiguous_strides(shape[1:], dtype.itemsize)),
         )
         tensor = Tensor(array, dtype, buffer, name, storage, None, start)
+        if free_bytes and partitions and len(shape) >= 2:  # what the view properties would work out from the array
+            tensor._row_box = (row, row + partitions, offset, offset + free_bytes)
+            tensor._region = Region(storage, row, row + partitions, offset, offset + free_bytes)
         if alloc.spilled_free >= 0:
             if self.on_spill is not None:
                 self.on_spill(tensor, alloc.spilled_free, loc)
