@@ -88,6 +88,8 @@ def parse_junit(path: Path) -> list[dict[str, str]]:
     rows = []
     for case in ET.parse(path).getroot().iter("testcase"):
         classname = case.get("classname", "")
+        if not classname and not case.get("name"):
+            continue  # pytest's record of a run interrupted (Ctrl-C, SIGINT) names no test
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)

@@ -37,6 +37,13 @@ def test_junit_rows_name_family_outcome_and_time(tmp_path):
     assert suite.triage(rows[1])[0] == "suite"  # the golden's OCP scale against the documented instruction
 
 
+def test_the_nameless_case_of_an_interrupted_run_is_no_test(tmp_path):
+    path = tmp_path / "r.xml"
+    interrupted = '<testcase classname="" name="" time="0.000" />\n</testsuite>'
+    path.write_text(JUNIT.replace("</testsuite>", interrupted))
+    assert len(suite.parse_junit(path)) == 4
+
+
 def test_skips_are_counted_by_reason(tmp_path):
     path = tmp_path / "r.xml"
     path.write_text(JUNIT)
