@@ -145,7 +145,7 @@ def place_batch(
     pool: np.ndarray,
     grids: np.ndarray,
     tracks: np.ndarray,
-    inst_end: np.ndarray,
+    placed_end: np.ndarray,
     sync_ns: float,
     out_f: np.ndarray,
     out_i: np.ndarray,
@@ -156,7 +156,8 @@ def place_batch(
     ``cost_in`` (busy, latency, setup, not_before), ``table_in`` (-1: none), ``dma_in`` (first DMA
     engine and count), its regions ``regions[reg_off[k]:reg_off[k+1]]`` (rows of (grid, r0, r1, b0, b1),
     the first ``n_reads[k]`` read), its stationary region ``setup_regions[k]`` (grid -1: none) and the
-    instructions it waits for ``edges[edge_off[k]:edge_off[k+1]]``. Writes ``out_f[k]`` (start, end,
+    instructions it waits for ``edges[edge_off[k]:edge_off[k+1]]`` (their ends: ``placed_end``, the
+    timeline's, before ``base``; ``out_f`` from it on). Writes ``out_f[k]`` (start, end,
     busy, wait, visible) and ``out_i[k]`` (producer, pred, track).
 
     Returns ``(_DONE, n, -1)``, or the status of a commit that needs the dependency pool to grow with
@@ -182,7 +183,8 @@ def place_batch(
         )
         for j in range(edge_off[k], edge_off[k + 1]):
             edge = edges[j]
-            needed = inst_end[edge] if tracks[edge] == track else inst_end[edge] + sync_ns
+            edge_end = out_f[edge - base, 1] if edge >= base else placed_end[edge]
+            needed = edge_end if tracks[edge] == track else edge_end + sync_ns
             if needed > ready:
                 ready, producer = needed, edge
         previous = lane_last[lane]
@@ -258,7 +260,6 @@ def place_batch(
         out_i[k, 1] = producer if ready > free else previous
         out_i[k, 2] = track
         tracks[index] = track
-        inst_end[index] = end
         status, at = _commit_all(ends, codes, pool, grids, regions[r0:r1], nr, r1 - r0 - nr, 0, end, visible, index + 1)
         if status != _DONE:
             return status, k, at

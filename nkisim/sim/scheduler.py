@@ -95,7 +95,6 @@ class Scheduler:
         self._cal_starts = np.zeros((calendars, 64))
         self._cal_ends = np.zeros((calendars, 64))
         self._cal_counts = np.zeros(calendars, dtype=np.int64)
-        self._inst_end = np.zeros(1024)
         #: Timeline sites by the identity of an operand summary and the rest of the site (the entry keeps the summary).
         self._sites: dict[tuple[object, ...], tuple[Operands, type, type, int]] = {}
         #: Instructions scheduled so far, placed or queued.
@@ -104,6 +103,7 @@ class Scheduler:
 
     def _clear_batch(self) -> None:
         self._lanes: list[int] = []
+        self._transfers = 0  # DMAs queued: each books at most one interval of each DMA engine's calendar
         self._engines: list[int] = []
         # flat lists (numpy converts them twice as fast as lists of tuples): 4 costs, 2 DMA fields, 5 per region
         self._costs: list[float] = []
@@ -234,6 +234,8 @@ class Scheduler:
         index = self.count
         self.count = index + 1
         self._lanes.append(lane)
+        if lane < 0 or lane == self._queues:
+            self._transfers += 1
         self._engines.append(engine)
         self._costs.extend((cost.busy_ns, cost.latency_ns, cost.setup_ns, not_before))
         table = cost.table
@@ -271,7 +273,7 @@ class Scheduler:
             return
         tl, tracker = self._timeline, self.tracker
         base = len(tl)
-        self._make_room(base + n, n)
+        self._make_room(base + n, self._transfers)
         regions = np.array(self._regions, dtype=np.int64).reshape(-1, 5)
         region_ends = np.array(self._region_ends, dtype=np.int64)
         reads = np.array(self._reads, dtype=np.int64)
@@ -290,6 +292,8 @@ class Scheduler:
             np.array(self._edge_ends, dtype=np.int64),
             np.array(self._edges, dtype=np.int64),
         )
+        # the ends of placed instructions, for depends_on edges (a view: released before the timeline grows)
+        placed_end = np.frombuffer(tl.end_ns, dtype=np.float64) if base else np.zeros(0)
         begin = 0
         while begin < n:
             status, k, at = placement.place_batch(
@@ -297,7 +301,7 @@ class Scheduler:
                 self._lane_last, self._queues, self._engine_ns, self._engine_ports, self._port_free, self._port_kind,
                 self._grid_kind, self.hw.scalar.table_load_ns, self._cal_starts, self._cal_ends, self._cal_counts,
                 self.hw.dma.engines, tracker._ends, tracker._codes, tracker._pool, tracker._grids, tracker._tracks,
-                self._inst_end, tracker.sync_ns, out_f, out_i,
+                placed_end, tracker.sync_ns, out_f, out_i,
             )  # fmt: skip
             if status == _DONE:
                 break
@@ -319,19 +323,18 @@ class Scheduler:
             lanes = np.argsort(self._lane_track)  # every new track in number order
             for lane in lanes[np.searchsorted(self._lane_track[lanes], named) :]:
                 tl.track_number(self._lane_names[lane])
+        del placed_end
         tl.extend(out_f, out_i, self._site_ids)
         self._clear_batch()
 
-    def _make_room(self, total: int, n: int) -> None:
-        """Grow the per-instruction arrays to ``total`` entries, the calendars by ``n`` intervals, and the memory
-        kinds to every storage the tracker knows."""
+    def _make_room(self, total: int, transfers: int) -> None:
+        """Grow the per-instruction arrays to ``total`` entries, the calendars for ``transfers`` more intervals, and
+        the memory kinds to every storage the tracker knows."""
         tracker = self.tracker
         if total > len(tracker._tracks):
             size = max(total, 2 * len(tracker._tracks))
             tracker._tracks = np.concatenate([tracker._tracks, np.zeros(size - len(tracker._tracks), np.int32)])
-        if total > len(self._inst_end):
-            self._inst_end = np.concatenate([self._inst_end, np.zeros(max(total, 2 * len(self._inst_end)))])
-        needed = int(self._cal_counts.max()) + n + 1
+        needed = int(self._cal_counts.max()) + transfers + 1
         if needed > self._cal_starts.shape[1]:
             width = max(needed, 2 * self._cal_starts.shape[1])
             for name in ("_cal_starts", "_cal_ends"):
