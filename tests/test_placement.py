@@ -49,7 +49,7 @@ def test_calendar_books_the_first_gap_that_fits(requests):
 
 
 def mixed(a, w):
-    """DMA queues, Tensor (LoadStationary), Vector, Scalar (two tables), GpSimd and a partial-engine DMA."""
+    """DMA queues, Tensor (LoadStationary), Vector, Scalar (two tables), GpSimd, depends_on and a partial DMA."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     weights = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=weights, src=w)
@@ -63,7 +63,9 @@ def mixed(a, w):
         nisa.tensor_tensor(dst=summed, data1=acc, data2=tile, op=nl.add)
         nisa.activation(dst=summed, op=nl.exp if i % 3 else nl.tanh, data=summed)
         nisa.memset(dst=tile[0:32, :], value=0.0, engine=nisa.gpsimd_engine)
-        nisa.dma_copy(dst=out[rows], src=summed)
+        scratch = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        zeroed = nisa.memset(dst=scratch, value=0.0, engine=nisa.gpsimd_engine)  # long: the edge decides
+        nisa.dma_copy(dst=out[rows], src=summed).depends_on(zeroed)  # an edge, in or across batches
         nisa.dma_copy(dst=out[i * 128 : i * 128 + 1], src=tile[0:1, :])
     return out
 
