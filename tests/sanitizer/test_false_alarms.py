@@ -463,56 +463,51 @@ def test_what_the_check_remembers_of_written_views_never_hides_a_later_never_wri
 # -- a PSUM tile rewritten whole by matmuls after another engine wrote part of it -----------
 
 
-def matmul_over_a_partly_copied_accumulator(a, b):
-    """A matmul writes ``acc`` whole, a copy overwrites half of it, a matmul writes it whole again, and a third
-    accumulates onto it: every value it accumulates onto is a matmul's, which every generation allows."""
-    lhs = nl.ndarray((P, P), nl.float32, buffer=nl.sbuf)
-    rhs = nl.ndarray((P, 64), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=lhs, src=a)
-    nisa.dma_copy(dst=rhs, src=b)
-    acc = nl.ndarray((P, 64), nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=False)
+def _matmul_twice_around(between, address=None):
+    """A kernel: a matmul writes ``acc`` whole, ``between(acc, rhs, alias)`` writes PSUM with another engine, a
+    matmul writes ``acc`` whole again and a third accumulates onto it. Every value it accumulates onto is a
+    matmul's, which every generation allows: the result is ``2 * a.T @ b``. With an ``address``, ``acc`` and
+    ``alias`` are placed there, both before the first matmul."""
+
+    def kernel(a, b):
+        lhs = nl.ndarray((P, P), nl.float32, buffer=nl.sbuf)
+        rhs = nl.ndarray((P, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=lhs, src=a)
+        nisa.dma_copy(dst=rhs, src=b)
+        acc = nl.ndarray((P, 64), nl.float32, buffer=nl.psum, address=address)
+        alias = None if address is None else nl.ndarray((P, 64), nl.float32, buffer=nl.psum, address=address)
+        nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=False)
+        between(acc, rhs, alias)
+        nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=False)
+        nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=True)
+        res = nl.ndarray((P, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        out = nl.ndarray((P, 64), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    return kernel
+
+
+def _copy_into_half(acc, rhs, alias):
     nisa.tensor_copy(dst=acc[:, 0:32], src=rhs[:, 0:32])
-    nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=False)
-    nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=True)
-    res = nl.ndarray((P, 64), nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=res, src=acc)
-    out = nl.ndarray((P, 64), nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=res)
-    return out
 
 
-@pytest.mark.parametrize("target", ["trn1", "trn2"])
-def test_matmuls_that_rewrite_a_tile_whole_clear_another_engines_marks(target):
+def _copy_into_the_tile_at_the_same_address(acc, rhs, alias):
+    nisa.tensor_copy(dst=alias, src=rhs)
+
+
+@pytest.mark.parametrize(
+    ("target", "between", "address"),
+    [
+        ("trn1", _copy_into_half, None),  # a partial write ends what the sanitizer knew of the whole tile
+        ("trn2", _copy_into_half, None),
+        ("trn2", _copy_into_the_tile_at_the_same_address, (0, 0)),  # placed tiles share bytes
+    ],
+)
+def test_matmuls_that_rewrite_a_tile_whole_clear_another_engines_marks(target, between, address):
     rng = np.random.default_rng(3)
     a = rng.integers(-3, 4, (P, P)).astype(np.float32)
     b = rng.integers(-3, 4, (P, 64)).astype(np.float32)
-    result = _strict(matmul_over_a_partly_copied_accumulator, [a, b], target)
-    np.testing.assert_array_equal(result.outputs, 2 * (a.T @ b))
-
-
-def matmul_over_an_aliased_accumulator(a, b):
-    """Two PSUM tiles placed at one address: a copy into the second between two whole matmuls into the first."""
-    lhs = nl.ndarray((P, P), nl.float32, buffer=nl.sbuf)
-    rhs = nl.ndarray((P, 64), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=lhs, src=a)
-    nisa.dma_copy(dst=rhs, src=b)
-    acc = nl.ndarray((P, 64), nl.float32, buffer=nl.psum, address=(0, 0))
-    alias = nl.ndarray((P, 64), nl.float32, buffer=nl.psum, address=(0, 0))
-    nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=False)
-    nisa.tensor_copy(dst=alias, src=rhs)
-    nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=False)
-    nisa.nc_matmul(dst=acc, stationary=lhs, moving=rhs, accumulate=True)
-    res = nl.ndarray((P, 64), nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=res, src=acc)
-    out = nl.ndarray((P, 64), nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=res)
-    return out
-
-
-def test_a_tile_placed_over_another_does_not_hide_the_other_engines_write():
-    rng = np.random.default_rng(4)
-    a = rng.integers(-3, 4, (P, P)).astype(np.float32)
-    b = rng.integers(-3, 4, (P, 64)).astype(np.float32)
-    result = _strict(matmul_over_an_aliased_accumulator, [a, b], "trn2")
+    result = _strict(_matmul_twice_around(between, address), [a, b], target)
     np.testing.assert_array_equal(result.outputs, 2 * (a.T @ b))
