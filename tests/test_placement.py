@@ -11,7 +11,7 @@ import nkisim
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 from nkisim.examples.matmul import matmul_tiled
-from nkisim.sim import placement
+from nkisim.sim import deps, placement
 from nkisim.sim import scheduler as scheduler_module
 
 
@@ -118,3 +118,16 @@ def test_dependency_pool_grows_in_the_middle_of_a_batch():
     memsets = {r.index: c for c, r in enumerate(r for r in records if r.opcode == "memset")}
     copies = [r for r in records if r.opcode == "dma_copy"]
     assert [memsets[r.producer] for r in copies] == list(reversed(range(columns)))
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1024])
+def test_arrays_that_start_with_room_for_one_grow_to_the_same_timeline(monkeypatch, batch):
+    """Lanes, instruction tracks and calendars that must grow at nearly every instruction place as those with room."""
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((1024, 128), dtype=np.float32), rng.standard_normal((128, 128), dtype=np.float32)]
+    monkeypatch.setattr(scheduler_module, "BATCH", batch)
+    roomy = timeline_columns(nkisim.run(mixed, inputs, target="trn2").profile)
+    monkeypatch.setattr(scheduler_module, "FIRST_COMPUTE_LANES", 1)
+    monkeypatch.setattr(scheduler_module, "FIRST_CALENDAR", 1)
+    monkeypatch.setattr(deps, "FIRST_INSTRUCTIONS", 1)
+    assert timeline_columns(nkisim.run(mixed, inputs, target="trn2").profile) == roomy

@@ -42,6 +42,8 @@ FIRST_LONGEST = 4
 HBM_CELLS = 1 << 18
 #: Cells of both maps the arena holds at first (48 MiB of address space: SBUF's maps and a few HBM tensors').
 FIRST_ARENA_CELLS = 1 << 22
+#: Instructions whose track the tracker has room for at first (it doubles when more come).
+FIRST_INSTRUCTIONS = 1024
 #: Below this many rows a region's cells are visited one by one rather than a column at a time.
 SHORT_COLUMN = 8
 #: Bytes per cell on chip.
@@ -497,7 +499,7 @@ class AccessTracker:
         self._codes = np.zeros(0, dtype=np.int32)
         self._pool = np.zeros((1, FIRST_LONGEST + 3), dtype=SEGMENT)
         self._more_slots(63)
-        self._tracks = np.zeros(1024, dtype=np.int32)
+        self._tracks = np.zeros(FIRST_INSTRUCTIONS, dtype=np.int32)
         self._regions = np.zeros((8, 5), dtype=np.int64)
         # the lists whose regions _regions holds (the scheduler asks and then records with the same lists)
         self._filled: tuple[list[Region], list[Region]] | None = None

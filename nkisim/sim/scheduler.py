@@ -46,6 +46,9 @@ SPILL_TRACK = "DMA spill"
 #: Instructions waiting to be placed at most; reading the timeline places them at once.
 BATCH = 1024
 
+#: Compute lanes and intervals per DMA engine calendar there is room for at first (each doubles when needed).
+FIRST_COMPUTE_LANES, FIRST_CALENDAR = 8, 64
+
 #: The stationary region of an instruction that names none.
 _NO_REGION = (-1, 0, 0, 0, 0)
 
@@ -68,7 +71,7 @@ class Scheduler:
         self._lane_names = [f"DMA q{queue}" for queue in range(self._queues)] + [SPILL_TRACK]
         #: Compute lanes by (engine value, unit): enum members hash through a Python call, their values do not.
         self._lane_of: dict[tuple[int, int | None], int] = {}
-        lanes = len(self._lane_names) + 8
+        lanes = len(self._lane_names) + FIRST_COMPUTE_LANES
         self._lane_free = np.zeros(lanes)
         self._lane_track = np.full(lanes, -1, dtype=np.int64)
         self._lane_last = np.full(lanes, -1, dtype=np.int64)
@@ -92,8 +95,8 @@ class Scheduler:
             self._engine_ports[engine.value, : len(mine)] = mine
         self._grid_kind = np.zeros(0, dtype=np.int64)
         calendars = 1 + hw.dma.engines
-        self._cal_starts = np.zeros((calendars, 64))
-        self._cal_ends = np.zeros((calendars, 64))
+        self._cal_starts = np.zeros((calendars, FIRST_CALENDAR))
+        self._cal_ends = np.zeros((calendars, FIRST_CALENDAR))
         self._cal_counts = np.zeros(calendars, dtype=np.int64)
         #: Timeline sites by the identity of an operand summary and the rest of the site (the entry keeps the summary).
         self._sites: dict[tuple[object, ...], tuple[Operands, type, type, int]] = {}
