@@ -250,10 +250,12 @@ def expected_time(runs: list[dict], tests: int) -> str:
     """The whole suite's expected wall time at the rate of the family runs so far (re-runs left out)."""
     wall = sum(run["wall_s"] for run in runs if "tests" not in run)
     rate = wall / max(tests, 1)
+    hours = round(rate * SUITE_TESTS / 3600)
     return (
         f"At the {rate:.1f} s of wall time per test of these runs, the {SUITE_TESTS:,} tests of the whole suite "
-        f"take about {rate * SUITE_TESTS / 3600:.0f} hours per target with `-n 2` on 2 cores (skipped tests "
-        "included; the families not run yet hold the largest MoE and transformer tests)."
+        f"take about {hours} hour{'' if hours == 1 else 's'} per target with `-n 2` on 2 cores (skipped tests "
+        "included; a lower bound while the families not run yet, which hold the largest MoE and transformer "
+        "tests, are left out)."
     )
 
 

@@ -88,9 +88,10 @@ TRIAGE: list[tuple[str, str, str]] = [
         "more than the golden's and every value half",
     ),
     (
-        r"test_rmsnorm_mx_quantize_tkg\[.*Validation failed for \['out_scale'\]",
+        r"test_rmsnorm_mx_quantize_tkg(_residual)?\[.*Validation failed for \['out_scale'\]",
         "suite",
-        "two differences on the golden's side, measured on [128-1-3072-2880]: the test's wrapper writes the scale "
+        "two differences on the golden's side, measured on [128-1-3072-2880] (and on the residual variant "
+        "[256-1-1024]: 57,344 scales unwritten, the other 8,192 all exactly +1): the test's wrapper writes the scale "
         "rows 32q+0..3 of each quadrant into a kernel-made HBM tensor and leaves the other 112 rows unwritten, "
         "which nkisim fills with 0xFF (docs/semantics.md) and the golden expects as 0 (86,016 elements); and the "
         "written scales are quantize_mx's documented block scale, one more than the golden's OCP scale (as in "
@@ -155,12 +156,13 @@ TRIAGE: list[tuple[str, str, str]] = [
         "d2ad3a5), so the file raises NameError when collected",
     ),
     (
-        r"test_router_topk_sweep\[780-8192-128-8-sigmoid-True-True-False-True-0-1-False-False-True-False\]",
+        r"test_router_topk_sweep\[\d+-8192-128-8-sigmoid-True-True-False-True-0-1-False-False-True-False\]",
         "suite",
         "a tie the fp32 reference breaks: the kernel picks its top 8 with max8/nc_find_index8 on the bf16 sigmoid "
         "affinities, where experts 21 and 53 of token 205 both round to 0.50390625, and nc_find_index8 returns the "
-        "first occurrence (21); the golden sorts the fp32 logits, where 53 is larger (the test draws T at random, "
-        "so which configuration meets a tie changes from run to run)",
+        "first occurrence (21); the golden sorts the fp32 logits, where 53 is larger (the test draws T at random "
+        "for this configuration: seen with T=780 on trn2 and T=659 on trn3, re-run on trn3 with T pinned to 659, "
+        "where token 205 is the only one of 659 whose experts differ, 21 for 53, both bf16 logits 0.50390625)",
     ),
     (
         r"fp8_kv_cache_quantization\[.*Validation failed for \['[kv]_cache'\]",

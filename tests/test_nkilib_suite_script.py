@@ -228,6 +228,8 @@ def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_ru
     text = suite.expected_time(runs, 30)  # 150 s over 30 tests: 5 s a test
     assert text.startswith(f"At the 5.0 s of wall time per test of these runs, the {suite.SUITE_TESTS:,} tests")
     assert f"about {round(5.0 * suite.SUITE_TESTS / 3600)} hours per target" in text
+    one = suite.expected_time([{"wall_s": 3600 / suite.SUITE_TESTS * 30}], 30)
+    assert "about 1 hour per target" in one
 
 
 def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not_reach(tmp_path, monkeypatch):
