@@ -534,16 +534,25 @@ class AccessTracker:
         count = len(reads) + len(writes)
         if count > len(self._regions):
             self._regions = np.zeros((_next_pow2(count), 5), dtype=np.int64)
-        rows, grid_of, k = self._regions, self._grid_of, 0
+        rows, k = self._regions, 0
         for regions in (reads, writes):
             for region in regions:
-                storage = region.storage
-                g = grid_of.get(storage.uid)
-                if g is None:
-                    g = self._add_grid(storage)
-                rows[k] = (g, region.r0, region.r1, region.b0, region.b1)
+                rows[k] = self.row(region)
                 k += 1
         self._filled = (reads, writes)
+
+    def row(self, region: Region) -> tuple[int, int, int, int, int]:
+        """``region`` as the compiled functions take it: (grid, r0, r1, b0, b1), its storage's grid made if new."""
+        g = self._grid_of.get(region.storage.uid)
+        if g is None:
+            g = self._add_grid(region.storage)
+        return (g, region.r0, region.r1, region.b0, region.b1)
+
+    def reserve(self, instructions: int) -> None:
+        """Room for the tracks of ``instructions`` instructions (the array at least doubles when it grows)."""
+        if instructions > len(self._tracks):
+            size = max(instructions, 2 * len(self._tracks))
+            self._tracks = np.concatenate([self._tracks, np.zeros(size - len(self._tracks), np.int32)])
 
     def ready(self, reads: list[Region], writes: list[Region], track: int) -> tuple[float, int]:
         """The earliest start on ``track`` allowed by data dependencies, and the instruction that sets it."""
@@ -572,8 +581,7 @@ class AccessTracker:
         """Record that instruction ``index`` on ``track`` reads until ``end`` and writes results readable at ``visible``
         (default ``end``)."""
         visible = end if visible is None else visible
-        if index >= len(self._tracks):
-            self._tracks = np.concatenate([self._tracks, np.zeros_like(self._tracks)])
+        self.reserve(index + 1)
         self._tracks[index] = track
         self._write_regions(reads, writes)
         first = 0

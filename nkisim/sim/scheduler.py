@@ -67,6 +67,7 @@ class Scheduler:
         self.tracker = AccessTracker(hw.sync.semaphore_latency_ns)
         self._timeline = Timeline()
         self._queues = hw.dma.queues
+        self._dma_engines = hw.dma.engines
         #: Track names by lane: the DMA queues, the spill queue, then the compute tracks in order of first use.
         self._lane_names = [f"DMA q{queue}" for queue in range(self._queues)] + [SPILL_TRACK]
         #: Compute lanes by (engine value, unit): enum members hash through a Python call, their values do not.
@@ -243,24 +244,14 @@ class Scheduler:
         self._costs.extend((cost.busy_ns, cost.latency_ns, cost.setup_ns, not_before))
         table = cost.table
         self._table_ids.append(-1 if table is None else self._tables.setdefault(table, len(self._tables)))
-        self._dma.extend(cost.dma_engines or (0, self.hw.dma.engines))
-        rows = self._regions
-        grid_of = self.tracker._grid_of
+        self._dma.extend(cost.dma_engines or (0, self._dma_engines))
+        rows, row = self._regions, self.tracker.row
         for region in (*reads, *writes):
-            g = grid_of.get(region.storage.uid)
-            if g is None:
-                g = self.tracker._add_grid(region.storage)
-            rows.extend((g, region.r0, region.r1, region.b0, region.b1))
+            rows.extend(row(region))
         self._region_ends.append(len(rows) // 5)
         self._reads.append(len(reads))
         key = cost.setup_key
-        if isinstance(key, Region):
-            g = grid_of.get(key.storage.uid)
-            if g is None:
-                g = self.tracker._add_grid(key.storage)
-            self._setup.extend((g, key.r0, key.r1, key.b0, key.b1))
-        else:
-            self._setup.extend(_NO_REGION)
+        self._setup.extend(row(key) if isinstance(key, Region) else _NO_REGION)
         if after:
             self._edges.extend(after)
         self._edge_ends.append(len(self._edges))
@@ -303,7 +294,7 @@ class Scheduler:
                 begin, n, base, *columns, self._scalars, self._flags, self._lane_free, self._lane_track,
                 self._lane_last, self._queues, self._engine_ns, self._engine_ports, self._port_free, self._port_kind,
                 self._grid_kind, self.hw.scalar.table_load_ns, self._cal_starts, self._cal_ends, self._cal_counts,
-                self.hw.dma.engines, tracker._ends, tracker._codes, tracker._pool, tracker._grids, tracker._tracks,
+                self._dma_engines, tracker._ends, tracker._codes, tracker._pool, tracker._grids, tracker._tracks,
                 placed_end, tracker.sync_ns, out_f, out_i,
             )  # fmt: skip
             if status == _DONE:
@@ -334,9 +325,7 @@ class Scheduler:
         """Grow the per-instruction arrays to ``total`` entries, the calendars for ``transfers`` more intervals, and
         the memory kinds to every storage the tracker knows."""
         tracker = self.tracker
-        if total > len(tracker._tracks):
-            size = max(total, 2 * len(tracker._tracks))
-            tracker._tracks = np.concatenate([tracker._tracks, np.zeros(size - len(tracker._tracks), np.int32)])
+        tracker.reserve(total)
         needed = int(self._cal_counts.max()) + transfers + 1
         if needed > self._cal_starts.shape[1]:
             width = max(needed, 2 * self._cal_starts.shape[1])
