@@ -51,6 +51,8 @@ _NEVER, _WRITTEN, _TENSOR, _CARRIED = 0, 1, 2, 3
 
 #: All-written views :meth:`Checker._taint` remembers at most (then it starts afresh).
 MAX_WRITTEN_VIEWS = 65536
+#: Deferred shadow fills a storage holds at most (then they are made).
+MAX_DEFERRED_FILLS = 4096
 
 _IGNORED: ContextVar[frozenset[str]] = ContextVar("nkisim_ignored_checks", default=frozenset())
 
@@ -114,6 +116,9 @@ class Checker:
         #: tile has been placed at an address (placed tiles may share bytes with others).
         self._uniform_marks: dict[int, int] = {}
         self._aliasing = False
+        #: Per storage, the fills of whole-tile boxes not yet made in its shadow, in the order they happened
+        #: (see :meth:`_defer`); :meth:`_shadow` makes them before anything reads or writes the shadow.
+        self._deferred: dict[Storage, dict[tuple[int, int, int, int], int]] = {}
         #: Where carried never-written values were first read: (loc, instruction, rule).
         self._origins: list[tuple[SourceLoc, str, str]] = []
         #: What the instruction running now carries: (dst, per-element taint), and how many dst
@@ -158,18 +163,48 @@ class Checker:
     # -- uninitialised reads (the shadow map of written on-chip bytes) --------------------------
 
     def _shadow(self, storage: Storage) -> np.ndarray:
+        """The shadow of a storage's bytes, with every deferred fill made."""
         shadow = self._shadows.get(storage.uid)
         if shadow is None or shadow.shape != storage.bytes.shape:
             shadow = self._shadows[storage.uid] = np.zeros(storage.bytes.shape, dtype=np.uint8)
+        fills = self._deferred.pop(storage, None)
+        if fills:
+            for (r0, r1, b0, b1), mark in fills.items():
+                shadow[r0:r1, b0:b1] = mark
         return shadow
+
+    def _defer(self, t: Tensor, box: tuple[int, int, int, int], mark: int) -> None:
+        """Give a whole tile's box ``mark`` later: its mark is known (``_uniform_marks``) without the fill.
+
+        A new tile's zeroing and its whole writes are the sanitizer's largest memory traffic, and most tiles
+        are read only whole (or by views a whole write made known written), so the shadow is rarely needed.
+        The fills are kept in the order they happened and made in that order; a fill of a box already held
+        moves to the end (it is the latest over all of that box). Only while no tile is placed at an address:
+        automatic tiles alive at one time never share bytes, so a live tile's box is never filled out of order.
+        """
+        fills = self._deferred.get(t.storage)
+        if fills is None:
+            fills = self._deferred[t.storage] = {}
+        fills.pop(box, None)
+        fills[box] = mark
+        if len(fills) > MAX_DEFERRED_FILLS:
+            self._shadow(t.storage)
+        uniform = self._uniform_marks
+        if len(uniform) >= MAX_WRITTEN_VIEWS:
+            uniform.clear()
+        uniform[t.uid] = mark
 
     def allocated(self, tensor: Tensor, placed: bool) -> None:
         """A new on-chip tile: its bytes are unwritten (unless placed on purpose over another's)."""
-        if not placed:
-            self._bytes_of(tensor)[...] = 0
-        else:
+        if placed:  # placed tiles may share bytes: from now on every fill is made at once (after those deferred)
             self._aliasing = True
             self._uniform_marks.clear()
+            return
+        box = tensor.row_box
+        if self._aliasing or box is None:
+            self._bytes_of(tensor)[...] = 0
+        else:
+            self._defer(tensor, box, _NEVER)
 
     def spilled(self, tensor: Tensor, free: int, loc: SourceLoc | None) -> None:
         """A new tile did not fit and was spilled to the next-tier memory: a performance warning at its line."""
@@ -291,14 +326,13 @@ class Checker:
                 r = t.region
                 self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = mark
                 uniform.pop(t.uid, None)
-            elif t._base is None and t.row_box is not None:  # a whole tile
+            elif t._base is None and (box := t.row_box) is not None:  # a whole tile
                 # a tile written whole again with the mark it holds (the usual case in a loop) needs no fill
                 if uniform.get(t.uid) != mark:
-                    self._bytes_of(t)[...] = mark
-                    if not self._aliasing:
-                        if len(uniform) >= MAX_WRITTEN_VIEWS:
-                            uniform.clear()
-                        uniform[t.uid] = mark
+                    if self._aliasing:
+                        self._bytes_of(t)[...] = mark
+                    else:
+                        self._defer(t, box, mark)
                 self._written_tiles.add(t.uid)  # every byte of the tile is written now (see _taint)
             else:
                 self._bytes_of(t)[...] = mark
