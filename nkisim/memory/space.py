@@ -13,6 +13,7 @@ as the hardware's semaphores order it.
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -129,6 +130,8 @@ class OnChipMemory:
     _cursor: int = field(init=False, default=0)
     _handles: itertools.count = field(init=False, default_factory=itertools.count)
     _serials: itertools.count = field(init=False, default_factory=itertools.count)
+    #: The weak references :meth:`free_when_gone` waits on, by id, with their allocation handles.
+    _dying: dict[int, tuple[weakref.ref[object], int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         scale = RECORDING_SCALE if self.recording else 1
@@ -266,6 +269,20 @@ class OnChipMemory:
         freed = self.live.pop(handle, None)
         if freed is not None:
             self.used_bytes -= freed.nbytes
+
+    def free_when_gone(self, tile: object, handle: int) -> None:
+        """Free allocation ``handle`` when ``tile`` is no longer reachable (its last reference is dropped).
+
+        A weak reference with a callback, kept here until it fires: a third of the cost of ``weakref.finalize``,
+        which a kernel allocating a tile per instruction pays at every instruction.
+        """
+        ref = weakref.ref(tile, self._gone)
+        self._dying[id(ref)] = (ref, handle)
+
+    def _gone(self, ref: weakref.ref[object]) -> None:
+        entry = self._dying.pop(id(ref), None)
+        if entry is not None:
+            self.free(entry[1])
 
     def _next_fit(self, size: int, obstacles: list[tuple[int, int]]) -> int | None:
         """First gap at or after the end of the previous allocation, wrapping around once.
