@@ -39,7 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -88,9 +88,10 @@ class Budget:
         return None if self.timeout is None else self.start + self.timeout
 
 
-@dataclass(frozen=True, slots=True)
-class Instruction:
+class Instruction(NamedTuple):
     """One traced instruction call, as the front end hands it to the machine.
+
+    A named tuple: made once per instruction, at a quarter of a frozen dataclass's cost.
 
     Attributes:
         opcode: the instruction's registry name (``tensor_tensor``, ``dma_copy``, ...).
