@@ -355,3 +355,35 @@ def test_bytes_differ_tells_signed_zeros_and_nan_payloads_apart():
     other = np.array([0x7FC00001], np.uint32).view(np.float32)
     assert bytes_differ(quiet, other) and not bytes_differ(quiet, quiet.copy())
     assert bytes_differ(np.zeros(4, np.float32), np.zeros(8, np.float16))  # same bytes, another shape
+
+
+@pytest.mark.parametrize(
+    ("shape", "rule"),
+    [
+        ((0, 64), r"shape \(0, 64\) must be positive integers"),
+        ((128, -1), r"shape \(128, -1\) must be positive integers"),
+        ((128, 1.5), r"shape \(128, 1\.5\) must be positive integers"),
+        ((128, 4, 0), r"shape \(128, 4, 0\) must be positive integers"),
+        ((129, 4), r"partition dim 129 exceeds 128"),
+        ((128,), r"sbuf tensors need a partition dim and a free dim, got shape \[128\]"),
+    ],
+)
+def test_a_tile_shape_that_is_not_positive_integers_is_a_shape_error_at_its_line(shape, rule):
+    @nki.jit
+    def kernel():
+        nl.ndarray(shape, nl.float32, buffer=nl.sbuf)
+
+    with pytest.raises(ShapeError, match=r"test_nl_memory\.py:\d+: nl\.ndarray: " + rule):
+        nkisim.run(kernel, [])
+
+
+@pytest.mark.parametrize("name", ["float32", "tfloat32", "bfloat16", "float8_e4m3", "int32"])
+def test_a_tile_keeps_the_nl_dtype_it_was_given_metadata_included(name):
+    given_dtype = getattr(nl, name)
+
+    @nki.jit
+    def kernel():
+        t = nl.ndarray((4, 4), given_dtype, buffer=nl.sbuf)
+        assert t.dtype == given_dtype and t.dtype.metadata == given_dtype.metadata  # tfloat32 is float32 + a tag
+
+    nkisim.run(kernel, [])

@@ -68,6 +68,9 @@ def to_dtype(value: Any) -> np.dtype:
     Raises:
         TypeError: if the value names no NKI data type.
     """
+    # the usual case, an ``nl`` constant (dtype equality ignores metadata: tfloat32 == float32, hence the test)
+    if isinstance(value, np.dtype) and not value.metadata and value in _SUPPORTED:
+        return value
     if isinstance(value, str) or type(value).__module__ == "torch":
         name = str(value).removeprefix("torch.")
         if name not in _BY_NAME:

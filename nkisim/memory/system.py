@@ -158,7 +158,8 @@ class MemorySystem:
             self.spilled[storage.uid] = storage
         start = row * storage.row_bytes + offset
         # positional arguments: numpy parses keywords at about twice the cost of the view itself
-        strides = (storage.row_bytes, *_contiguous_strides(shape[1:], dtype.itemsize))
+        free_strides = (dtype.itemsize,) if len(shape) == 2 else _contiguous_strides(shape[1:], dtype.itemsize)
+        strides = (storage.row_bytes, *free_strides)
         array = np.ndarray(shape, dtype, storage.bytes, start, strides)
         tensor = Tensor(array, dtype, buffer, name, storage, None, start)
         if free_bytes and partitions and len(shape) >= 2:  # what the view properties would work out from the array

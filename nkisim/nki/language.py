@@ -98,6 +98,8 @@ shared_hbm = Buffer.shared_hbm
 def _buffer(value: Any) -> Buffer:
     if value is None:
         return Buffer.sbuf
+    if value.__class__ is Buffer:
+        return value
     try:
         return Buffer(value)
     except ValueError:
@@ -211,10 +213,15 @@ def shared_identity_matrix(n: int, dtype: Any = "uint8", dst: Tensor | None = No
 
 
 def _shape(shape: Any, buffer: Buffer, partitions: int, loc: Any) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not dims or any(not isinstance(d, (int, np.integer)) or d <= 0 for d in dims):
-        raise ShapeError(f"nl.ndarray: shape {shape!r} must be positive integers", loc=loc)
-    dims = tuple(int(d) for d in dims)
+    if shape.__class__ is tuple and len(shape) == 2 and shape[0].__class__ is int and shape[1].__class__ is int:
+        dims = shape  # the usual case, checked without generators: a tile of plain ints
+        if shape[0] <= 0 or shape[1] <= 0:
+            raise ShapeError(f"nl.ndarray: shape {shape!r} must be positive integers", loc=loc)
+    else:
+        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if not dims or any(not isinstance(d, (int, np.integer)) or d <= 0 for d in dims):
+            raise ShapeError(f"nl.ndarray: shape {shape!r} must be positive integers", loc=loc)
+        dims = tuple(int(d) for d in dims)
     if buffer.is_on_chip:
         if len(dims) < 2:
             raise ShapeError(
