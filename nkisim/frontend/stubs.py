@@ -36,7 +36,7 @@ def make_stub(spec: InstructionSpec, module: str = "nkisim.nki.isa") -> Callable
     qualname = spec.qualname
 
     def stub(*args: Any, **kwargs: Any) -> NkiInstruction:
-        loc = user_location()
+        loc = user_location(2)  # from the caller: this frame is never kernel code
         if len(args) > len(order):
             raise OperandError(f"takes at most {len(order)} positional arguments", loc=loc, instruction=qualname)
         for fname, value in zip(order, args):

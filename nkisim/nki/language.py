@@ -134,7 +134,7 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", address:
     tensor at that partition and byte offset (PSUM: on a 2 KiB bank boundary);
     overlapping a live tensor raises :class:`~nkisim.errors.CapacityError`.
     """
-    loc = user_location()
+    loc = user_location(2)  # from the caller: this frame is never kernel code
     ctx = current_context()
     buf = _buffer(buffer)
     dims = _shape(shape, buf, ctx.hw.sbuf.partitions, loc)

@@ -302,7 +302,11 @@ class Checker:
         self._carrying, self._carried_values = None, 0
         self._uninitialised(opcode, loc, reads, ops, spec)
         if engine is not Engine.dma:
+            legal = self._legal_geometries
             for name, t in (*reads, *writes):
+                geometry = t.geometry
+                if geometry is not None and geometry in legal:  # passed before (see _operand_rules)
+                    continue
                 if _tracked(t) and not t.is_dynamic:
                     self._operand_rules(opcode, loc, name, t)
         if adds is True:
@@ -368,7 +372,10 @@ class Checker:
             inputs = self._inputs[ops.__class__] = frozenset(f for f, a in ops.tensor_fields if a is Access.read)
         moves: Carrier | bool | None = False  # looked up when a read is found not all written
         carried: dict[str, np.ndarray] = {}
+        written = self._written_tiles
         for operand, t in reads:
+            if t.uid in written:  # the usual case (see _taint)
+                continue
             if operand.partition("[")[0] not in inputs or not _tracked(t) or t.is_dynamic or t.size == 0:
                 continue
             taint = self._taint(t)
