@@ -34,20 +34,24 @@ def make_stub(spec: InstructionSpec, module: str = "nkisim.nki.isa") -> Callable
     ]
     name = spec.name
     qualname = spec.qualname
+    known = frozenset(order)
 
     def stub(*args: Any, **kwargs: Any) -> NkiInstruction:
         loc = user_location(2)  # from the caller: this frame is never kernel code
-        if len(args) > len(order):
-            raise OperandError(f"takes at most {len(order)} positional arguments", loc=loc, instruction=qualname)
-        for fname, value in zip(order, args):
-            if fname in kwargs:
-                raise OperandError(
-                    "is given both by position and by keyword", loc=loc, instruction=qualname, operand=fname
-                )
-            kwargs[fname] = value
-        _drop_redundant_dtype(name, kwargs, loc)
+        if args:
+            if len(args) > len(order):
+                raise OperandError(f"takes at most {len(order)} positional arguments", loc=loc, instruction=qualname)
+            for fname, value in zip(order, args):
+                if fname in kwargs:
+                    raise OperandError(
+                        "is given both by position and by keyword", loc=loc, instruction=qualname, operand=fname
+                    )
+                kwargs[fname] = value
+        if "dtype" in kwargs:
+            _drop_redundant_dtype(name, kwargs, loc)
         ctx = current_context()
-        _reject_unknown(qualname, order, kwargs, loc, ctx.hw.name)
+        if not known.issuperset(kwargs):
+            _reject_unknown(qualname, order, kwargs, loc, ctx.hw.name)
         return NkiInstruction(ctx, ctx.emit(name, kwargs, loc), qualname, loc)
 
     stub.__name__ = stub.__qualname__ = name
