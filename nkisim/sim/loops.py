@@ -150,10 +150,15 @@ class LoopTracker:
 
         Tiles allocated in the innermost running iteration are private to it and skipped.
         """
-        if self.values_known and any(t.is_dynamic for _, t in (*reads, *writes)):
-            reads, writes = _at_current_offsets(reads), _at_current_offsets(writes)
+        # plain loops rather than generators: this runs at every instruction inside an affine_range loop
         fresh = self.frames[-1].fresh
-        if any(t.uid >= fresh for _, t in (*reads, *writes)):
+        dynamic = private = False
+        for _, t in (*reads, *writes):
+            dynamic = dynamic or t.is_dynamic
+            private = private or t.uid >= fresh
+        if dynamic and self.values_known:
+            reads, writes = _at_current_offsets(reads), _at_current_offsets(writes)
+        if private:
             reads = [(name, t) for name, t in reads if t.uid < fresh]
             writes = [(name, t) for name, t in writes if t.uid < fresh]
             if not reads and not writes:
@@ -162,10 +167,11 @@ class LoopTracker:
         for how, accesses in (("read", reads), ("write", writes)):
             for name, t in accesses:
                 uid = t.uid
-                if any(first <= uid < end for first, end in spans) and self._from_an_earlier_iteration(
-                    instruction, loc, name, t, how, report
-                ):
-                    return
+                for first, end in spans:
+                    if first <= uid < end:
+                        if self._from_an_earlier_iteration(instruction, loc, name, t, how, report):
+                            return
+                        break
         written = {_bytes_key(t) for _, t in writes}
         read = {_bytes_key(t) for _, t in reads}
         rmw = bool(written & read)
