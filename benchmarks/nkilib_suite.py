@@ -183,8 +183,10 @@ def run_suite(
     cmd += [f"--deselect={suite_node_id(checkout, test_id)}" for test_id in done]
     if not everything:
         cmd += ["-m", "fast"]
-    if workers > 1:
-        # a worker the machine's OOM killer stops is replaced; xdist's default (4 per worker) ended a family early
+    if workers > 0:
+        # the tests run in xdist workers even with -n 1: a worker the machine's OOM killer stops is recorded as a
+        # crash and replaced, where pytest itself would be killed with every outcome of the run; xdist's default
+        # (4 restarts per worker) ended a family early
         cmd += ["-n", str(workers), "--max-worker-restart=1000"]
     if timeout and importlib.util.find_spec("pytest_timeout") is not None:
         cmd += [f"--timeout={timeout}"]
@@ -475,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkout", type=Path, nargs="?", help="an aws-neuron/nki-library checkout")
     parser.add_argument("--all", action="store_true", help="run every test, not only the fast subset")
     parser.add_argument("--target", default="trn2", help="trn1, trn2 or trn3 (comma-separated for several)")
-    parser.add_argument("-n", type=int, default=2, help="pytest-xdist workers")
+    parser.add_argument("-n", type=int, default=2, help="pytest-xdist workers (0: run in pytest's own process)")
     parser.add_argument(
         "--families",
         default="",

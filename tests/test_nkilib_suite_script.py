@@ -6,6 +6,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import nkilib_suite as suite
@@ -264,3 +266,14 @@ def test_pytest_can_be_interrupted_when_the_script_runs_in_the_background():
     )
     out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]  # ignored as inherited; Python's KeyboardInterrupt handler with the hook
+
+
+@pytest.mark.parametrize(("workers", "expected"), [(1, ["-n", "1", "--max-worker-restart=1000"]), (0, [])])
+def test_one_worker_still_runs_the_tests_in_an_xdist_worker_so_a_test_killed_for_memory_is_recorded(
+    tmp_path, monkeypatch, workers, expected
+):
+    cls = "integration.nkilib.core.max.test_max.T"
+    checkout, commands = _fake_suite(tmp_path, monkeypatch, "core/max", [], [(cls, "test_m")])
+    suite.run_suite(checkout, "trn2", workers, True, ["core/max"])
+    xdist = [arg for arg in commands[0] if arg in ("-n", "1", "--max-worker-restart=1000")]
+    assert xdist == expected
