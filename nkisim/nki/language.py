@@ -213,10 +213,9 @@ def shared_identity_matrix(n: int, dtype: Any = "uint8", dst: Tensor | None = No
 
 
 def _shape(shape: Any, buffer: Buffer, partitions: int, loc: Any) -> tuple[int, ...]:
-    if shape.__class__ is tuple and len(shape) == 2 and shape[0].__class__ is int and shape[1].__class__ is int:
-        dims = shape  # the usual case, checked without generators: a tile of plain ints
-        if shape[0] <= 0 or shape[1] <= 0:
-            raise ShapeError(f"nl.ndarray: shape {shape!r} must be positive integers", loc=loc)
+    plain = shape.__class__ is tuple and len(shape) == 2 and shape[0].__class__ is shape[1].__class__ is int
+    if plain and shape[0] > 0 and shape[1] > 0:
+        dims = shape  # the usual case, checked without generators: a tile of two positive plain ints
     else:
         dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         if not dims or any(not isinstance(d, (int, np.integer)) or d <= 0 for d in dims):

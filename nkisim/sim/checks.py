@@ -308,7 +308,7 @@ class Checker:
                 if geometry is not None and geometry in legal:  # passed before (see _operand_rules)
                     continue
                 if _tracked(t) and not t.is_dynamic:
-                    self._operand_rules(opcode, loc, name, t)
+                    self._operand_rules(opcode, loc, name, t, geometry)
         if adds is True:
             self._accumulate_rule(opcode, loc, writes)
         if engine is Engine.tensor:
@@ -416,14 +416,12 @@ class Checker:
         used = f", and {opcode} at {loc} uses them ({operand})"
         self.report("error", "uninitialized-read", origin_loc, origin_opcode, what + used + _FIX)
 
-    def _operand_rules(self, opcode: str, loc: SourceLoc, name: str, t: Tensor) -> None:
+    def _operand_rules(self, opcode: str, loc: SourceLoc, name: str, t: Tensor, geometry: object) -> None:
         """The partition-start rule and the access-pattern field limits of an engine's on-chip operand.
 
-        Both depend only on the view's geometry: a geometry that passed once passes again.
+        Both depend only on the view's geometry (``t.geometry``): one that passes is remembered, and
+        :meth:`before` does not call this again for it.
         """
-        geometry = t.geometry
-        if geometry is not None and geometry in self._legal_geometries:
-            return
         region = t.region
         caps = self.hw.capabilities
         start, count = region.r0, region.r1 - region.r0
