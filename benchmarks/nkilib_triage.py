@@ -70,6 +70,27 @@ TRIAGE: list[tuple[str, str, str]] = [
         "its MX static-dequant path: a TypeError on any runtime",
     ),
     (
+        r"test_qkv_cte_mxfp8_unit\[2-1-512-1024-5-5-128-NormType\.RMS_NORM-False-False-False-QKVOutputLayout\.NBSd"
+        r".*Validation failed",
+        "suite",
+        "the suite's golden quantizes the activations with the OCP sample scale (quantize_mx_golden in "
+        "core/mlp/test_mlp_common.py at d2ad3a5: largest exponent minus 8 for e4m3fn), while nki.isa.quantize_mx, "
+        "as documented (Neuron 2.32) and modelled here, uses a block scale two times larger, so every value keeps "
+        "one mantissa bit less. Recomputed from the test's own inputs: a golden with the OCP scale matches the "
+        "suite's to 0.14% (mean), nkisim's output is 2.4% from it (5.13% at the largest element, over the test's "
+        "5% tolerance), and 0.8% from the same golden with the doubled scale and the kernel's bf16 normalisation. "
+        "Its mxfp8_unit siblings without the H-dim 4h transpose sit at 2.0-2.5% mean and pass",
+    ),
+    (
+        r"test_qkv_cte_mxfp8_unit\[2-1-2048-16384-2-1-128-NormType\.NO_NORM-False-True-False.*Stack out of memory",
+        "suite",
+        "the kernel's own SBUF plan overflows its own allocator (nkilib's SbufManager over nki's "
+        "total_available_sbuf_size, 256 KiB a partition on trn3): _multi_buffering_degree_for_seqlen_mx projects "
+        "182,016 bytes for S_shard 1024, H 16384, a swizzled bf16 input and a bias, then the stack allocations "
+        "exceed 262,144 and the kernel's kernel_assert fails before any instruction of nkisim is involved "
+        "(measured by wrapping the function in the test run)",
+    ),
+    (
         r"crashed while running|node down|Not properly terminated",
         "memory",
         "the xdist worker was killed for memory (24 GB machine, two workers at once). Measured with memray on "
