@@ -36,7 +36,7 @@ class Buffer(StrEnum):
 
     @property
     def is_on_chip(self) -> bool:
-        return self is Buffer.sbuf or self is Buffer.psum
+        return self in _ON_CHIP  # not ``self is Buffer.sbuf``: an enum's class attribute costs ~0.15 us in 3.11
 
     @property
     def is_hbm(self) -> bool:
@@ -47,6 +47,8 @@ class Buffer(StrEnum):
         """The physical memory: ``sbuf``, ``psum`` or ``hbm``."""
         return self.value if self.is_on_chip else "hbm"
 
+
+_ON_CHIP = frozenset((Buffer.sbuf, Buffer.psum))
 
 _storage_ids = itertools.count()
 

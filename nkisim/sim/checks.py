@@ -301,7 +301,7 @@ class Checker:
         accumulates = adds is not False
         self._carrying, self._carried_values = None, 0
         self._uninitialised(opcode, loc, reads, ops, spec)
-        if engine is not Engine.dma:
+        if engine is not _DMA_ENGINE:
             legal = self._legal_geometries
             for name, t in (*reads, *writes):
                 geometry = t.geometry
@@ -311,7 +311,7 @@ class Checker:
                     self._operand_rules(opcode, loc, name, t, geometry)
         if adds is True:
             self._accumulate_rule(opcode, loc, writes)
-        if engine is Engine.tensor:
+        if engine is _TENSOR_ENGINE:
             self._bank_rule(opcode, loc, writes)
         if self.loops.active:
             self.loops.access(opcode, loc, reads, writes, accumulates, self._loop_finding(loc, opcode))
@@ -321,7 +321,7 @@ class Checker:
 
         PSUM bytes a Tensor Engine instruction wrote are marked 2, others 1 (see :meth:`_accumulate_rule`).
         """
-        mark = _TENSOR if engine is Engine.tensor else _WRITTEN
+        mark = _TENSOR if engine is _TENSOR_ENGINE else _WRITTEN
         uniform = self._uniform_marks
         for _, t in writes:
             if not _tracked(t):
@@ -547,6 +547,10 @@ class Checker:
             )
 
 
+#: Members read at every instruction: an enum's class attribute costs ~0.15 us in Python 3.11.
+_DMA_ENGINE, _TENSOR_ENGINE = Engine.dma, Engine.tensor
+_ON_CHIP_BUFFERS = frozenset((Buffer.sbuf, Buffer.psum))
+
 _FIX = "; write them first (nl.zeros, nisa.memset, a load)"
 
 
@@ -594,8 +598,7 @@ def _per_byte(shadow: np.ndarray, t: Tensor, every_byte: bool) -> np.ndarray:
 
 
 def _tracked(t: Tensor) -> bool:
-    buffer = t.buffer
-    return (buffer is Buffer.sbuf or buffer is Buffer.psum) and t.storage.kind in ("sbuf", "psum")
+    return t.buffer in _ON_CHIP_BUFFERS and t.storage.kind in ("sbuf", "psum")
 
 
 def _legal_start(start: int, count: int) -> bool:
