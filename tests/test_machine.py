@@ -159,3 +159,39 @@ def test_a_new_tile_knows_its_bytes_as_the_view_rules_work_them_out(shapes, dtyp
         start = tile.array.ctypes.data - tile.storage.address
         assert tile.region == region_of(tile.array, tile.storage, start)
         assert tile.row_box == (row_box_of(tile.array, tile.storage.row_bytes, start) or None)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 128), st.integers(1, 40)),
+    dtype=st.sampled_from([np.float32, np.uint8, np.int16]),
+    buffer=st.sampled_from([Buffer.sbuf, Buffer.psum, Buffer.shared_hbm]),
+    data=st.data(),
+)
+def test_a_block_of_a_view_knows_its_bytes_as_the_view_rules_work_them_out(shape, dtype, buffer, data):
+    """A block (two unit-step slices, or an int row on chip) of a view, and a block of that block, gets
+    its region and row box from its parent's; the generic rules over its array must agree. Stepped
+    slices and int columns take the generic rules."""
+    from nkisim.memory.pattern import row_box_of
+    from nkisim.memory.views import region_of
+
+    machine = Machine(load_target("trn2"), compute=False)
+    view = machine.memory.new_tensor(shape, np.dtype(dtype), buffer)
+    for _ in range(2):
+        if view.ndim < 2:
+            break
+        rows, cols = view.shape
+        r0 = data.draw(st.integers(0, rows - 1))
+        c0 = data.draw(st.integers(0, cols - 1))
+        row = data.draw(st.one_of(st.just(r0), st.builds(slice, st.just(r0), st.integers(r0 + 1, rows))))
+        col = data.draw(
+            st.one_of(
+                st.builds(slice, st.just(c0), st.integers(c0 + 1, cols)),
+                st.builds(slice, st.just(c0), st.integers(c0 + 1, cols), st.integers(1, 3)),
+                st.just(c0),
+            )
+        )
+        view = view[row, col]
+        start = view.array.ctypes.data - view.storage.address
+        assert view.region == region_of(view.array, view.storage, start)
+        assert view.row_box == (row_box_of(view.array, view.storage.row_bytes, start) or None)

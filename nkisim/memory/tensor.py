@@ -148,6 +148,10 @@ class Tensor:
             for item, stride in zip(key, array.strides):
                 start += (item.start if item.__class__ is slice else item) * stride
         result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self, start)
+        if len(key) == 2 and view.size:
+            box = self.row_box
+            if box is not None:
+                _take_block_box(result, box, key)
         if view.size == 0:
             empty = view.shape.index(0)
             result.defect = BoundsError(f"slice selects no elements of dim {empty} of {self!r}")
@@ -328,6 +332,18 @@ class Tensor:
 
 
 # -- access patterns (Tensor.ap) ------------------------------------------------------
+
+
+def _take_block_box(view: Tensor, box: tuple[int, int, int, int], key: tuple[Any, ...]) -> None:
+    """Give ``view``, the block ``key`` (two unit-step slices) of a view whose bytes are the box ``box``,
+    its own box and region without working them out from its array (what :func:`row_box_of` would find)."""
+    rows, cols = key
+    if rows.__class__ is not slice or cols.__class__ is not slice or rows.step != 1 or cols.step != 1:
+        return
+    itemsize = view.array.itemsize
+    r0, b0 = box[0], box[2]
+    view._row_box = block = (r0 + rows.start, r0 + rows.stop, b0 + cols.start * itemsize, b0 + cols.stop * itemsize)
+    view._region = Region(view.storage, *block)
 
 
 def _defective(layout: Layout, pairs: Sequence[tuple[int, int]], error: BoundsError) -> Tensor:

@@ -66,7 +66,7 @@ class Event(NamedTuple):
     instruction: str
     accumulates: bool
     #: The allocations (``Tensor.uid``) it touched: bytes a later allocation reuses are not shared.
-    tiles: frozenset[int]
+    tiles: tuple[int, ...]
 
 
 def _carried(earlier: tuple[LoopFrame, ...], now: tuple[LoopFrame, ...]) -> tuple[LoopFrame, LoopFrame] | None:
@@ -172,11 +172,18 @@ class LoopTracker:
                         if self._from_an_earlier_iteration(instruction, loc, name, t, how, report):
                             return
                         break
+        if not writes and not any(t.buffer.is_on_chip for _, t in reads):
+            # only HBM reads (a load): checked against earlier writes, but nothing records an HBM read
+            for name, t in reads:
+                shadow = self._writes.get(t.storage.uid)
+                if shadow is not None:
+                    self._check(shadow, instruction, name, t, accumulates, "read", report)
+            return
         written = {_bytes_key(t) for _, t in writes}
         read = {_bytes_key(t) for _, t in reads}
         rmw = bool(written & read)
         event_id = len(self._events)
-        tiles = frozenset(t.uid for _, t in (*reads, *writes))
+        tiles = tuple(t.uid for _, t in (*reads, *writes))
         self._events.append(Event(self.frames, loc, instruction, accumulates or rmw, tiles))
         for name, t in reads:
             folds = accumulates or _bytes_key(t) in written
