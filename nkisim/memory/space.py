@@ -12,6 +12,7 @@ as the hardware's semaphores order it.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import weakref
 from dataclasses import dataclass, field
@@ -134,6 +135,9 @@ class OnChipMemory:
     _serials: itertools.count = field(init=False, default_factory=itertools.count)
     #: The weak references :meth:`free_when_gone` waits on, by id, with their allocation handles.
     _dying: dict[int, tuple[weakref.ref[object], int]] = field(init=False, default_factory=dict)
+    #: The byte ranges of the live automatic tiles, sorted (they never overlap), and how many placed tiles live.
+    _auto_ranges: list[tuple[int, int]] = field(init=False, default_factory=list)
+    _placed_live: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         scale = RECORDING_SCALE if self.recording else 1
@@ -245,6 +249,8 @@ class OnChipMemory:
 
     def _obstacles(self, serial: int, partitions: int) -> list[tuple[int, int]]:
         """Byte ranges a new automatic tile must avoid: live tiles, and (by the plan) future explicit ones."""
+        if not self._placed_live and self.plan is None:
+            return self._auto_ranges  # kept sorted as tiles come and go: a new list per tile cost ~5 us
         ranges = [
             (a.offset, a.offset + a.nbytes)
             for a in self.live.values()
@@ -263,6 +269,10 @@ class OnChipMemory:
     def _add(self, alloc: Allocation) -> Allocation:
         alloc.handle = next(self._handles)
         self.live[alloc.handle] = alloc
+        if alloc.placed:
+            self._placed_live += 1
+        else:
+            bisect.insort(self._auto_ranges, (alloc.offset, alloc.offset + alloc.nbytes))
         self.used_bytes += alloc.nbytes
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
         return alloc
@@ -271,6 +281,10 @@ class OnChipMemory:
         freed = self.live.pop(handle, None)
         if freed is not None:
             self.used_bytes -= freed.nbytes
+            if freed.placed:
+                self._placed_live -= 1
+            else:
+                self._auto_ranges.remove((freed.offset, freed.offset + freed.nbytes))
 
     def free_when_gone(self, tile: object, handle: int) -> None:
         """Free allocation ``handle`` when ``tile`` is no longer reachable (its last reference is dropped).

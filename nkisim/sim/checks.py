@@ -461,7 +461,7 @@ class Checker:
         non-matmul instruction wrote (undefined before v4)."""
         onto_any = self.hw.capabilities.psum_accumulate_onto_any_write
         for name, t in writes:
-            if t.buffer is not Buffer.psum or t.is_dynamic or t.size == 0:
+            if t.buffer is not _PSUM_BUFFER or t.is_dynamic or t.size == 0:
                 continue
             marks = self._view(t, every_byte=False)
             unwritten = int(np.count_nonzero((marks == _NEVER) | (marks == _CARRIED)))
@@ -490,7 +490,7 @@ class Checker:
         bank = self.hw.psum.bank_bytes
         group = bank * self.hw.capabilities.matmul_dst_psum_banks
         for name, t in writes:
-            if t.buffer is not Buffer.psum or t.size == 0:
+            if t.buffer is not _PSUM_BUFFER or t.size == 0:
                 continue
             r = t.region
             if r.b0 // group != (r.b1 - 1) // group:
@@ -550,6 +550,7 @@ class Checker:
 #: Members read at every instruction: an enum's class attribute costs ~0.15 us in Python 3.11.
 _DMA_ENGINE, _TENSOR_ENGINE = Engine.dma, Engine.tensor
 _ON_CHIP_BUFFERS = frozenset((Buffer.sbuf, Buffer.psum))
+_PSUM_BUFFER = Buffer.psum
 
 _FIX = "; write them first (nl.zeros, nisa.memset, a load)"
 

@@ -1,0 +1,97 @@
+"""The on-chip next-fit allocator against a brute-force search over every aligned byte offset."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from nkisim.errors import CapacityError
+from nkisim.hw import load_target
+from nkisim.memory.space import OnChipMemory
+
+UINT8 = np.dtype(np.uint8)
+ROW_BYTES = 4096  # small partitions, so that the allocator soon wraps round and reuses freed bytes
+
+
+def _memory(kind: str) -> OnChipMemory:
+    hw = load_target("trn2")
+    config = getattr(hw, kind).model_copy(update={"bytes_per_partition": ROW_BYTES})
+    return OnChipMemory(kind, config)
+
+
+def _first_fit(start: int, size: int, obstacles: list[tuple[int, int]], align: int, bank: int | None) -> int | None:
+    """The first aligned offset from ``start`` where ``size`` bytes meet no obstacle and keep the bank rule."""
+    for p in range(start, ROW_BYTES - size + 1, align):
+        if bank is not None and (p // bank != (p + size - 1) // bank if size <= bank else p % bank):
+            continue
+        if all(p + size <= lo or hi <= p for lo, hi in obstacles):
+            return p
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(["sbuf", "psum"]),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("alloc"), st.integers(1, 1500), st.integers(1, 128)),
+            st.tuples(st.just("free"), st.integers(0, 30), st.just(0)),
+            st.tuples(st.just("place"), st.integers(0, ROW_BYTES - 1), st.integers(0, 127)),
+        ),
+        max_size=40,
+    ),
+)
+# a wrap-around that leaves a low tile listed after higher ones, then a tile that fits nowhere
+@example(
+    kind="sbuf",
+    steps=[
+        ("alloc", 2048, 1),
+        ("alloc", 1024, 1),
+        ("free", 0, 0),
+        ("alloc", 512, 1),
+        ("alloc", 1024, 1),
+        ("alloc", 2000, 1),
+    ],
+)
+def test_next_fit_takes_the_first_free_aligned_offset_from_the_last_tile_on(kind, steps):
+    """Each automatic tile starts at the first aligned offset at or after the end of the previous one
+    (else from the start) whose bytes no live tile uses in its partitions, never straddling a PSUM bank
+    (larger tiles start on one); placed tiles count only where their partitions meet the new tile's."""
+    memory = _memory(kind)
+    align = memory.config.alignment_bytes
+    bank = memory.config.bank_bytes if memory.config.banks > 1 else None
+    live: dict[int, tuple[int, int, int, int, bool]] = {}  # handle: (offset, end, first partition, partitions, placed)
+    cursor = 0
+    for op, a, b in steps:
+        if op == "free":
+            if live:
+                handle = sorted(live)[a % len(live)]
+                memory.free(handle)
+                del live[handle]
+            continue
+        if op == "place":
+            nbytes = min(256, ROW_BYTES - a)
+            try:
+                alloc = memory.place(a, b, nbytes, 1, ("placed", (1, nbytes), UINT8), None)
+            except CapacityError:
+                assert any(
+                    not placed and lo < a + nbytes and a < hi and p0 <= b for lo, hi, p0, _, placed in live.values()
+                )
+                continue
+            live[alloc.handle] = (a, a + nbytes, b, 1, True)
+            continue
+        nbytes, partitions = a, b
+        size = -(-nbytes // align) * align
+        obstacles = [(lo, hi) for lo, hi, p0, _, placed in live.values() if not placed or p0 < partitions]
+        expected = _first_fit(cursor, size, obstacles, align, bank)
+        if expected is None:
+            expected = _first_fit(0, size, obstacles, align, bank)
+        try:
+            alloc = memory.allocate(nbytes, partitions, ("tile", (partitions, nbytes), UINT8), None)
+        except CapacityError:
+            assert expected is None
+            continue
+        assert alloc.offset == expected
+        live[alloc.handle] = (alloc.offset, alloc.offset + size, 0, partitions, False)
+        cursor = alloc.offset + size
