@@ -270,12 +270,14 @@ class _Shadow:
     of the buckets it spans, however many tiles the loop nest has touched.
     """
 
-    __slots__ = ("boxes", "buckets", "next_box", "per_byte", "storage")
+    __slots__ = ("boxes", "buckets", "exact", "next_box", "per_byte", "storage")
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.boxes: dict[int, tuple[int, int, int, int, int]] = {}
         self.buckets: dict[int, set[int]] = {}
+        #: Box numbers by their rectangle. Boxes are disjoint, so an access to exactly a box's bytes meets no other.
+        self.exact: dict[tuple[int, int, int, int], int] = {}
         self.next_box = 0
         self.per_byte: np.ndarray | None = None
 
@@ -292,11 +294,13 @@ class _Shadow:
         number = self.next_box
         self.next_box += 1
         self.boxes[number] = box
+        self.exact[box[:4]] = number
         for bucket in range(box[2] // BUCKET_BYTES, (box[3] - 1) // BUCKET_BYTES + 1):
             self.buckets.setdefault(bucket, set()).add(number)
 
     def _remove(self, number: int) -> tuple[int, int, int, int, int]:
         box = self.boxes.pop(number)
+        del self.exact[box[:4]]
         for bucket in range(box[2] // BUCKET_BYTES, (box[3] - 1) // BUCKET_BYTES + 1):
             self.buckets[bucket].discard(number)
         return box
@@ -319,6 +323,9 @@ class _Shadow:
         r = t.region
         if r.r0 >= r.r1 or r.b0 >= r.b1:
             return []
+        number = self.exact.get((r.r0, r.r1, r.b0, r.b1))
+        if number is not None:
+            return [self.boxes[number][4]]
         return sorted({self.boxes[n][4] for n in self._overlapping(r.r0, r.r1, r.b0, r.b1)})
 
     def stamp(self, t: Tensor, event: int) -> None:
@@ -332,12 +339,11 @@ class _Shadow:
         r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
         if r0 >= r1 or b0 >= b1:
             return
-        hits = self._overlapping(r0, r1, b0, b1)
-        if len(hits) == 1 and self.boxes[hits[0]][:4] == (r0, r1, b0, b1):
-            # the same bytes again (a tile reused, or a new one at its address)
-            self.boxes[hits[0]] = (r0, r1, b0, b1, event)
+        number = self.exact.get((r0, r1, b0, b1))
+        if number is not None:  # the same bytes again (a tile reused, or a new one at its address)
+            self.boxes[number] = (r0, r1, b0, b1, event)
             return
-        for number in hits:
+        for number in self._overlapping(r0, r1, b0, b1):
             for part in _minus(self._remove(number), r):
                 self._add(part)
         self._add((r0, r1, b0, b1, event))
