@@ -206,43 +206,45 @@ def _accumulate(dst: Tensor, product: np.ndarray, accumulate: bool | None = None
     A float32 ``dst`` of two dims is one compiled pass (:func:`accumulate_f32`); the
     others take :func:`accumulate_reference`, which gives the same bits.
     """
-    owners_storage = dst.storage.acc_flags
+    storage = dst.storage
+    owners_storage = storage.acc_flags
     assert owners_storage is not None
-    owners = np.ndarray(dst.shape, np.int64, owners_storage, dst.byte_offset * 8, _owner_strides(dst))
+    owners = np.ndarray(dst.shape, np.int32, owners_storage, dst.byte_offset * 2, _owner_strides(dst))
     product = product.reshape(dst.shape)
+    mark = storage.acc_mark(dst.uid)
     if dst.array.ndim == 2 and dst.dtype == _FP32 and not is_tfloat32(dst.dtype) and product.dtype == _FP32:
         mode = _INFER if accumulate is None else _ADD if accumulate else _OVERWRITE
-        accumulate_f32(dst.array, owners, product, dst.uid, mode)
+        accumulate_f32(dst.array, owners, product, mark, mode)
         return
-    accumulate_reference(dst.array, owners, product, dst.uid, accumulate)
+    accumulate_reference(dst.array, owners, product, mark, accumulate)
 
 
 _INFER, _ADD, _OVERWRITE = 0, 1, 2
 
 
 @numba.njit(cache=True, nogil=True)
-def accumulate_f32(dst: np.ndarray, owners: np.ndarray, product: np.ndarray, uid: int, mode: int) -> None:
+def accumulate_f32(dst: np.ndarray, owners: np.ndarray, product: np.ndarray, mark: int, mode: int) -> None:
     """:func:`accumulate_reference` for float32 ``dst`` and ``product`` in one pass (``mode``: 0 infer, 1 add,
     2 overwrite)."""
     rows, cols = dst.shape
     for r in range(rows):
         for c in range(cols):
-            if mode == _ADD or (mode == _INFER and owners[r, c] == uid):
+            if mode == _ADD or (mode == _INFER and owners[r, c] == mark):
                 dst[r, c] = dst[r, c] + product[r, c]
             else:
                 dst[r, c] = product[r, c]
-            owners[r, c] = uid
+            owners[r, c] = mark
 
 
 def accumulate_reference(
-    dst: np.ndarray, owners: np.ndarray, product: np.ndarray, uid: int, accumulate: bool | None
+    dst: np.ndarray, owners: np.ndarray, product: np.ndarray, mark: int, accumulate: bool | None
 ) -> None:
     """The PSUM write in numpy: add onto ``dst`` (float32 math, cast to its dtype) where ``accumulate`` is True,
-    or, for None, where ``owners`` holds ``uid``; overwrite elsewhere. ``owners`` becomes ``uid``."""
+    or, for None, where ``owners`` holds ``mark``; overwrite elsewhere. ``owners`` becomes ``mark``."""
     if accumulate is not None:  # NKI 0.3+: explicit overwrite or accumulate, whatever wrote dst before
         total = dst.astype(np.float32, copy=False) + product if accumulate else product
     else:
-        mine = owners == uid
+        mine = owners == mark
         if not mine.any():
             total = product
         elif mine.all():
@@ -250,12 +252,12 @@ def accumulate_reference(
         else:
             total = np.where(mine, dst.astype(np.float32, copy=False) + product, product)
     dst[...] = cast(total, dst.dtype)
-    owners[...] = uid
+    owners[...] = mark
 
 
 def _owner_strides(dst: Tensor) -> tuple[int, ...]:
-    """``dst``'s byte strides over the owner array (eight bytes per PSUM byte)."""
-    return tuple(stride * 8 for stride in dst.array.strides)
+    """``dst``'s byte strides over the owner array (a four-byte mark per two PSUM bytes)."""
+    return tuple(stride * 2 for stride in dst.array.strides)
 
 
 # -- nc_transpose ---------------------------------------------------------------------

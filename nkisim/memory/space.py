@@ -57,7 +57,7 @@ _storage_ids = itertools.count()
 class Storage:
     """A block of real bytes laid out as ``rows x row_bytes`` (rows are partitions on chip)."""
 
-    __slots__ = ("acc_flags", "address", "base_address", "bytes", "kind", "uid")
+    __slots__ = ("_acc_marks", "acc_flags", "address", "base_address", "bytes", "kind", "uid")
 
     def __init__(self, kind: str, rows: int, row_bytes: int, base_address: int = 0) -> None:
         self.kind = kind
@@ -66,8 +66,21 @@ class Storage:
         self.address: int = self.bytes.ctypes.data
         self.base_address = base_address
         self.uid = next(_storage_ids)
-        #: PSUM only: per byte, the ``uid`` of the tile whose matmul wrote it last (0: none).
-        self.acc_flags = np.zeros((rows, row_bytes), dtype=np.int64) if kind == "psum" else None
+        #: PSUM only: per two bytes (a matmul writes float32 or bfloat16 elements, so never half of two bytes), the
+        #: :meth:`acc_mark` of the tile whose matmul wrote them last (0: none). Kept narrow and dense: a matmul
+        #: reads and writes the marks of all its elements, and one int64 per byte moved eight times the values' bytes.
+        self.acc_flags = np.zeros((rows, -(-row_bytes // 2)), dtype=np.int32) if kind == "psum" else None
+        self._acc_marks: dict[int, int] = {}
+
+    def acc_mark(self, uid: int) -> int:
+        """The number (1, 2, ...) that marks the bytes tile ``uid``'s matmuls wrote in :attr:`acc_flags`.
+
+        Tensor uids count every tensor of the process; marks count this storage's tiles that met a matmul.
+        """
+        mark = self._acc_marks.get(uid)
+        if mark is None:
+            mark = self._acc_marks[uid] = len(self._acc_marks) + 1
+        return mark
 
     @property
     def rows(self) -> int:

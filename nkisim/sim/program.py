@@ -137,7 +137,7 @@ class Recorder:
         r = tensor.region
         key = (r.storage.uid, r.r0, r.r1, r.b0, r.b1)
         if key not in self.psum_marks:
-            self.psum_marks[key] = marks[r.r0 : r.r1, r.b0 : r.b1]
+            self.psum_marks[key] = marks[r.r0 : r.r1, r.b0 // 2 : -(-r.b1 // 2)]  # a mark per two bytes
 
     def stored(self, array: np.ndarray, value: Any) -> None:
         """``array[...] = value`` outside an instruction."""

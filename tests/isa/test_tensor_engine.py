@@ -457,7 +457,9 @@ def test_psum_accumulate_compiled_pass_matches_a_numpy_formula_bit_for_bit(rows,
     dst_store.flat[rng.integers(0, dst_store.size, 5)] = rng.choice(specials, 5)
     product = rng.standard_normal((rows, cols)).astype(np.float32)
     product.flat[rng.integers(0, product.size, 5)] = rng.choice(specials, 5)
-    owners_store = np.where(rng.random((rows, cols + 7)) < mine, 42, rng.integers(0, 41, (rows, cols + 7)))
+    owners_store = np.where(rng.random((rows, cols + 7)) < mine, 42, rng.integers(0, 41, (rows, cols + 7))).astype(
+        np.int32
+    )
     dst, owners = dst_store[:, 3 : 3 + cols], owners_store[:, 3 : 3 + cols]
     twin_dst, twin_owners = dst.copy(), owners.copy()
     outside = np.concatenate([dst_store[:, :3], dst_store[:, 3 + cols :]], axis=1).copy()
