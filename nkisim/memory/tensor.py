@@ -202,6 +202,15 @@ class Tensor:
 
     def _normalise_index(self, index: Any) -> tuple[Any, ...]:
         items = index if isinstance(index, tuple) else (index,)
+        shape = self.array.shape
+        if len(items) <= len(shape):  # the usual index, slices only: no Ellipsis, ints or nl.ds to resolve
+            sliced = []
+            for dim, item in enumerate(items):
+                if item.__class__ is not slice:
+                    break
+                sliced.append(check_slice(item, shape[dim], dim, self))
+            else:
+                return tuple(sliced)
         if any(item is Ellipsis for item in items):
             pos = next(i for i, item in enumerate(items) if item is Ellipsis)
             fill = self.ndim - (len(items) - 1)
