@@ -57,11 +57,13 @@ _storage_ids = itertools.count()
 class Storage:
     """A block of real bytes laid out as ``rows x row_bytes`` (rows are partitions on chip)."""
 
-    __slots__ = ("_acc_marks", "acc_flags", "address", "base_address", "bytes", "kind", "uid")
+    __slots__ = ("_acc_marks", "acc_flags", "address", "base_address", "bytes", "kind", "row_bytes", "rows", "uid")
 
     def __init__(self, kind: str, rows: int, row_bytes: int, base_address: int = 0) -> None:
         self.kind = kind
         self.bytes = np.zeros((rows, row_bytes), dtype=np.uint8)
+        #: The shape of :attr:`bytes`, as plain attributes: read at every view (a property cost ~0.15 us).
+        self.rows, self.row_bytes = self.bytes.shape
         #: Where :attr:`bytes` starts in host memory (views find their offset from it).
         self.address: int = self.bytes.ctypes.data
         self.base_address = base_address
@@ -81,14 +83,6 @@ class Storage:
         if mark is None:
             mark = self._acc_marks[uid] = len(self._acc_marks) + 1
         return mark
-
-    @property
-    def rows(self) -> int:
-        return self.bytes.shape[0]
-
-    @property
-    def row_bytes(self) -> int:
-        return self.bytes.shape[1]
 
 
 @dataclass(slots=True)
