@@ -235,7 +235,7 @@ def run_suite(
         record["tests"] = [r for r in old["tests"] if not replaced(r)] + rows
         record["wall_s"] = old["wall_s"]
         record["families"] = old.get("families", [])
-        rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1)}
+        rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": workers}
         if again:
             rerun_entry["tests"] = len(again)
             rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
@@ -374,6 +374,8 @@ def _rate(c: Counter) -> str:
 def _run_text(run: dict) -> str:
     """One family run of a whole-suite record: its families, wall time and what kind of run it was."""
     notes = [f"{run['wall_s']} s"]
+    if run.get("workers", 2) != 2:  # runs recorded before the count was kept used -n 2
+        notes.append(f"`-n {run['workers']}`")
     if "interrupted_after" in run:
         notes.append(f"interrupted after {run['interrupted_after']} tests")
     if "tests" in run:
@@ -419,7 +421,7 @@ def write_doc(path: Path = DOC) -> None:
         if record["subset"] == "all" and record.get("families"):  # made a few families at a time
             runs = [{"families": record["families"], "wall_s": record["wall_s"]}, *reruns]
             made = "; ".join(_run_text(run) for run in runs)
-            out += [f"Run family by family (2 cores, `-n 2`, wall time){commit}: {made}.", ""]
+            out += [f"Run family by family (2 cores, `-n 2` unless noted, wall time){commit}: {made}.", ""]
             out += [expected_time(runs, len(record["tests"])), ""]
             reruns = []
         else:

@@ -92,7 +92,7 @@ def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall
             {"families": ["core/qkv"], "wall_s": 7200.0, "interrupted_after": 1},
             {"families": ["core/qkv"], "wall_s": 80.0, "tests": 19},
             {"families": ["core/qkv"], "wall_s": 900.0, "tests": 4, "timeout": 900},
-            {"families": ["core/qkv"], "wall_s": 60.0, "resumed_after": 300},
+            {"families": ["core/qkv"], "wall_s": 60.0, "resumed_after": 300, "workers": 1},
         ],
         "tests": [row, {**row, "family": "core/cumsum"}, {**row, "family": "core/qkv"}],
     }
@@ -105,7 +105,7 @@ def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall
         "core/max (12.5 s); core/cumsum (3.0 s); core/qkv (7200.0 s, interrupted after 1 tests); "
         "core/qkv (80.0 s, a re-run of 19 recorded failures after a fix); "
         "core/qkv (900.0 s, a re-run of 4 recorded failures with 900 s per test); "
-        "core/qkv (60.0 s, resumed after the 300 tests recorded)."
+        "core/qkv (60.0 s, `-n 1`, resumed after the 300 tests recorded)."
     ) in text
     assert "Re-run after fixes" not in text
 
@@ -242,12 +242,12 @@ def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not
     old = [{"id": f"{cls}::test_s[{i}]", **row} for i in range(3)]
     # only test_s[0] finished before Ctrl-C
     checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/qkv", old, [(cls, "test_s[0]")], suite.INTERRUPTED)
-    record = suite.run_suite(checkout, "trn2", 2, True, ["core/qkv"], timeout=900, rerun="Timeout")
+    record = suite.run_suite(checkout, "trn2", 1, True, ["core/qkv"], timeout=900, rerun="Timeout")
     outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
     assert outcomes == {"test_s[0]": "passed", "test_s[1]": "failed", "test_s[2]": "failed"}
     assert record["reruns"][-1] == {
-        "families": ["core/qkv"], "wall_s": record["reruns"][-1]["wall_s"], "tests": 3, "timeout": 900,
-        "interrupted_after": 1,
+        "families": ["core/qkv"], "wall_s": record["reruns"][-1]["wall_s"], "workers": 1, "tests": 3,
+        "timeout": 900, "interrupted_after": 1,
     }  # fmt: skip
 
 
