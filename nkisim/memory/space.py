@@ -37,7 +37,7 @@ class Buffer(StrEnum):
 
     @property
     def is_on_chip(self) -> bool:
-        return self in _ON_CHIP  # not ``self is Buffer.sbuf``: an enum's class attribute costs ~0.15 us in 3.11
+        return self in ON_CHIP_BUFFERS  # not ``self is Buffer.sbuf``: an enum's class attribute costs ~0.15 us
 
     @property
     def is_hbm(self) -> bool:
@@ -49,7 +49,8 @@ class Buffer(StrEnum):
         return self.value if self.is_on_chip else "hbm"
 
 
-_ON_CHIP = frozenset((Buffer.sbuf, Buffer.psum))
+#: SBUF and PSUM: test ``buffer in ON_CHIP_BUFFERS`` where a call is too dear (it is what ``is_on_chip`` does).
+ON_CHIP_BUFFERS = frozenset((Buffer.sbuf, Buffer.psum))
 
 _storage_ids = itertools.count()
 

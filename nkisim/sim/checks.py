@@ -24,7 +24,7 @@ from nkisim.errors import CheckError, CheckWarning, Diagnostic, SourceLoc
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa.carriers import Carrier
 from nkisim.isa.spec import Access, InstructionSpec, Operands
-from nkisim.memory import Buffer, Storage, Tensor, dtype_name
+from nkisim.memory import ON_CHIP_BUFFERS, Buffer, Storage, Tensor, dtype_name
 from nkisim.memory.dtypes import ConversionLog
 from nkisim.sim.loops import LoopTracker
 
@@ -549,7 +549,6 @@ class Checker:
 
 #: Members read at every instruction: an enum's class attribute costs ~0.15 us in Python 3.11.
 _DMA_ENGINE, _TENSOR_ENGINE = Engine.dma, Engine.tensor
-_ON_CHIP_BUFFERS = frozenset((Buffer.sbuf, Buffer.psum))
 _PSUM_BUFFER = Buffer.psum
 
 _FIX = "; write them first (nl.zeros, nisa.memset, a load)"
@@ -599,7 +598,7 @@ def _per_byte(shadow: np.ndarray, t: Tensor, every_byte: bool) -> np.ndarray:
 
 
 def _tracked(t: Tensor) -> bool:
-    return t.buffer in _ON_CHIP_BUFFERS and t.storage.kind in ("sbuf", "psum")
+    return t.buffer in ON_CHIP_BUFFERS and t.storage.kind in ("sbuf", "psum")
 
 
 def _legal_start(start: int, count: int) -> bool:
