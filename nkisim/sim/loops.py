@@ -387,6 +387,8 @@ def _at_current_offsets(accesses: list[tuple[str, Tensor]]) -> list[tuple[str, T
 
 def _dense(t: Tensor) -> bool:
     """The view touches every byte of its region's box exactly once (a dynamic view: taken as its region)."""
+    if t.row_box is not None:  # known, and kept by the view: its bytes are exactly a box (about 0.2 us, not 3)
+        return True
     if t.is_dynamic:
         return True
     array = t.array

@@ -183,3 +183,34 @@ def test_placed_tiles_that_share_bytes_are_marked_at_each_whole_write():
         [("place", 0, 0, 512), ("place", 1, 192, 512), ("whole", 0, 1), ("whole", 1, 2), ("whole", 0, 1), ("look",)],
         limit=4096,
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    view=views,
+    how=st.sampled_from(["plain", "broadcast", "transposed", "one row"]),
+)
+def test_a_view_is_dense_exactly_when_it_touches_each_byte_of_its_box_once(view, how):
+    """``_dense`` (which trusts a view's row box when it has one) against a count of the bytes the view touches."""
+    from nkisim.sim.loops import _dense
+
+    storage = Storage("sbuf", ROWS, ROW_BYTES)
+    floats = storage.bytes.view(np.float32)
+    r0, nr, c0, nc, step = view
+    array = floats[r0 : min(ROWS, r0 + nr), c0 : min(ROW_BYTES // 4, c0 + nc * step) : step]
+    if how == "broadcast":
+        array = np.broadcast_to(array[:, :1], array.shape)
+    elif how == "transposed":
+        array = array.T
+    elif how == "one row":
+        array = array[:1]
+    start = array.__array_interface__["data"][0] - storage.bytes.__array_interface__["data"][0]
+    offsets = start + sum(
+        np.arange(n).reshape([-1 if d == axis else 1 for d in range(array.ndim)]) * s
+        for axis, (n, s) in enumerate(zip(array.shape, array.strides))
+    )
+    touched = (np.asarray(offsets).reshape(-1, 1) + np.arange(4)).ravel()
+    rows, cols = np.divmod(touched, ROW_BYTES)
+    box_area = (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)
+    every_byte_once = len(np.unique(touched)) == touched.size == box_area
+    assert _dense(_tensor(storage, array)) == every_byte_once
