@@ -162,8 +162,14 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
     storages = [Storage("sbuf", 1, 300), Storage("hbm", 2, 200), Storage("sbuf", 16, 130)]
     tracker, reference = AccessTracker(SYNC), ManyStorages(storages)
     free = [0.0] * 4
-    with patch.object(deps, "FIRST_ARENA_CELLS", 8):  # every new storage grows the arena
+    # the arena is not cleared beyond its grids: garbage there (what reused memory holds) must never be read
+    dirty = data.draw(st.booleans())
+    first_cells = data.draw(st.sampled_from([8, 1 << 12]))  # 8: every new storage grows the arena
+    with patch.object(deps, "FIRST_ARENA_CELLS", first_cells):
         for index in range(data.draw(st.integers(1, 30))):
+            if dirty:
+                tracker._ends[tracker._used :] = 1e9
+                tracker._codes[tracker._used :] = 12345
             reads = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=3))
             writes = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=2))
             track = data.draw(st.integers(0, 3))
@@ -173,6 +179,20 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
             free[track] = end
             tracker.commit(reads, writes, end, index, track, end + 7.0)
             reference.commit(reads, writes, end, index, track, end + 7.0)
+
+
+def test_a_storage_met_after_the_arena_held_other_values_starts_with_no_records():
+    """The arena is not cleared beyond its grids; a new grid over old values (reused memory) starts empty."""
+    first, second = Storage("sbuf", 4, 256), Storage("sbuf", 4, 256)
+    tracker = AccessTracker(SYNC)
+    with patch.object(deps, "FIRST_ARENA_CELLS", 1 << 12):  # room for both grids: the second is made in place
+        tracker.commit([], [Region(first, 0, 4, 0, 256)], 5.0, 0, 1)  # on another track: waited for by semaphore
+        tracker._ends[tracker._used :] = 1e9
+        tracker._codes[tracker._used :] = 1  # "written by instruction 0", were it read
+        region = Region(second, 0, 4, 0, 256)
+        assert tracker.ready([region], [], 0) == (0.0, -1)
+        tracker.commit([region], [], 10.0, 1, 0)  # a read ending at 10
+        assert tracker.ready([], [region], 0) == (10.0, 1)  # a write waits for it
 
 
 def test_split_cells_merge_back_when_covered_whole():

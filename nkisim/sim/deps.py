@@ -513,13 +513,16 @@ class AccessTracker:
             self._grids = np.concatenate([self._grids, np.zeros_like(self._grids)])
         size = 2 * rows * cols
         if self._used + size > len(self._ends):
-            # Zeroed memory is mapped lazily: a large first capacity costs address space, not resident memory,
-            # and spares most kernels the copy (and its transient peak) of growing.
+            # A large first capacity spares most kernels the copy (and its transient peak) of growing. It is left
+            # uncleared: np.zeros would clear all of it in every run but a process's first (the C library reuses
+            # freed blocks of up to 32 MiB), and only the cells of a grid are ever read, each cleared as it is made.
             capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
-            ends, codes = np.zeros(capacity), np.zeros(capacity, dtype=np.int32)
+            ends, codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
             ends[: self._used] = self._ends[: self._used]
             codes[: self._used] = self._codes[: self._used]
             self._ends, self._codes = ends, codes
+        self._ends[self._used : self._used + size] = 0.0
+        self._codes[self._used : self._used + size] = 0
         self._grids[g] = (self._used, rows, cols, granule, row_bytes)
         self._used += size
         self._grid_of[storage.uid] = g
