@@ -23,6 +23,8 @@ and replaces just their outcomes.
 ``--resume`` (with ``--families``) runs only the tests of those families that have no recorded
 outcome yet, after an interrupted run, and adds theirs. To stop a run and keep what it finished,
 send SIGINT to its pytest process (Ctrl-C, or ``kill -INT``; also in a run started in the background).
+Runs of other families may go on at the same time, of one target or several: each has its own pytest
+report, and each merges its outcomes into the results under a lock.
 
 The script sets the suite's ``NKILIB_SIMULATION_RUN_ALL=1``, so that simulation mode runs the
 shapes the suite would otherwise skip as slow (every name containing 4096, 8192 or 16384);
@@ -37,6 +39,7 @@ verdict. Failures no entry matches are listed as untriaged with their message.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -47,6 +50,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 from nkilib_triage import RUN_ALL_ENV, skip_reason, triage
@@ -159,7 +163,7 @@ def run_suite(
             sys.exit(f"no recorded failure of {families} matches {rerun!r}")
         paths = [node_id(checkout, test_id) for test_id in again]
     done = recorded_ids(results_path(target, everything), families) if resume else []
-    junit = RESULTS / f".{target}.xml"
+    junit = RESULTS / f".{target}.{os.getpid()}.xml"  # per run: runs of one target at once must not share it
     junit.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
@@ -221,10 +225,44 @@ def run_suite(
         "tests": rows,
     }
     path = results_path(target, everything)
+    with _locked(path):  # another run of this target may be writing its outcomes now
+        _merge(path, record, rows, families, again, done, proc.returncode, wall, workers, timeout)
+    return record
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s lock file (POSIX; elsewhere, runs of one target must not end at once)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _merge(
+    path: Path,
+    record: dict,
+    rows: list[dict[str, str]],
+    families: list[str],
+    again: list[str],
+    done: list[str],
+    returncode: int,
+    wall: float,
+    workers: int,
+    timeout: int,
+) -> None:
+    """Write ``record`` to ``path``, keeping the recorded outcomes this run did not replace."""
     if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
         old = json.loads(path.read_text())
         new_ids = {row["id"] for row in rows}
-        if again and proc.returncode == INTERRUPTED:  # keep the recorded outcome of the tests not re-run yet
+        if again and returncode == INTERRUPTED:  # keep the recorded outcome of the tests not re-run yet
             replaced = lambda r: r["id"] in again and r["id"] in new_ids  # noqa: E731
         elif again:
             replaced = lambda r: r["id"] in again  # noqa: E731
@@ -241,11 +279,10 @@ def run_suite(
             rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
         if done:
             rerun_entry["resumed_after"] = len(done)
-        if proc.returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
+        if returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
             rerun_entry["interrupted_after"] = len(rows)
         record["reruns"] = [*old.get("reruns", []), rerun_entry]
     path.write_text(json.dumps(record, indent=1))
-    return record
 
 
 def expected_time(runs: list[dict], tests: int) -> str:
