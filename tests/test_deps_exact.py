@@ -169,7 +169,7 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
         for index in range(data.draw(st.integers(1, 30))):
             if dirty:
                 tracker._ends[tracker._used :] = 1e9
-                tracker._codes[tracker._used :] = 12345
+                tracker._codes[tracker._used :] = 1  # "written by instruction 0", were it read
             reads = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=3))
             writes = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=2))
             track = data.draw(st.integers(0, 3))
