@@ -226,7 +226,30 @@ def run_suite(
     }
     path = results_path(target, everything)
     with _locked(path):  # another run of this target may be writing its outcomes now
-        _merge(path, record, rows, families, again, done, proc.returncode, wall, workers, timeout)
+        if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
+            old = json.loads(path.read_text())
+            new_ids = {row["id"] for row in rows}
+            if again and proc.returncode == INTERRUPTED:  # keep the recorded outcome of the tests not re-run yet
+                replaced = lambda r: r["id"] in again and r["id"] in new_ids  # noqa: E731
+            elif again:
+                replaced = lambda r: r["id"] in again  # noqa: E731
+            elif done:
+                replaced = lambda r: r["id"] in new_ids  # noqa: E731
+            else:
+                replaced = lambda r: _in_families(r["family"], families)  # noqa: E731
+            record["tests"] = [r for r in old["tests"] if not replaced(r)] + rows
+            record["wall_s"] = old["wall_s"]
+            record["families"] = old.get("families", [])
+            rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": workers}
+            if again:
+                rerun_entry["tests"] = len(again)
+                rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
+            if done:
+                rerun_entry["resumed_after"] = len(done)
+            if proc.returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
+                rerun_entry["interrupted_after"] = len(rows)
+            record["reruns"] = [*old.get("reruns", []), rerun_entry]
+        path.write_text(json.dumps(record, indent=1))
     return record
 
 
@@ -244,45 +267,6 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _merge(
-    path: Path,
-    record: dict,
-    rows: list[dict[str, str]],
-    families: list[str],
-    again: list[str],
-    done: list[str],
-    returncode: int,
-    wall: float,
-    workers: int,
-    timeout: int,
-) -> None:
-    """Write ``record`` to ``path``, keeping the recorded outcomes this run did not replace."""
-    if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
-        old = json.loads(path.read_text())
-        new_ids = {row["id"] for row in rows}
-        if again and returncode == INTERRUPTED:  # keep the recorded outcome of the tests not re-run yet
-            replaced = lambda r: r["id"] in again and r["id"] in new_ids  # noqa: E731
-        elif again:
-            replaced = lambda r: r["id"] in again  # noqa: E731
-        elif done:
-            replaced = lambda r: r["id"] in new_ids  # noqa: E731
-        else:
-            replaced = lambda r: _in_families(r["family"], families)  # noqa: E731
-        record["tests"] = [r for r in old["tests"] if not replaced(r)] + rows
-        record["wall_s"] = old["wall_s"]
-        record["families"] = old.get("families", [])
-        rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": workers}
-        if again:
-            rerun_entry["tests"] = len(again)
-            rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
-        if done:
-            rerun_entry["resumed_after"] = len(done)
-        if returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
-            rerun_entry["interrupted_after"] = len(rows)
-        record["reruns"] = [*old.get("reruns", []), rerun_entry]
-    path.write_text(json.dumps(record, indent=1))
 
 
 def expected_time(runs: list[dict], tests: int) -> str:

@@ -277,3 +277,13 @@ def test_one_worker_still_runs_the_tests_in_an_xdist_worker_so_a_test_killed_for
     suite.run_suite(checkout, "trn2", workers, True, ["core/max"])
     xdist = [arg for arg in commands[0] if arg in ("-n", "1", "--max-worker-restart=1000")]
     assert xdist == expected
+
+
+def test_a_run_merges_its_outcomes_under_an_exclusive_lock(tmp_path):
+    """Two runs of one target may end at once: while one merges, another cannot take the lock."""
+    fcntl = pytest.importorskip("fcntl")
+    results = tmp_path / "trn2-all.json"
+    with suite._locked(results), open(results.with_suffix(".lock"), "w") as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(results.with_suffix(".lock"), "w") as other:  # released afterwards
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
