@@ -262,15 +262,18 @@ class _Shadow:
 
     Disjoint boxes of bytes (rows ``[r0, r1)`` x bytes ``[b0, b1)``), each with its event:
     most views cover their whole box, and a new access splits what it overlaps. A view that
-    does not (a strided one) switches the storage to a per-byte array of events, exact for
-    any view. Dynamic views count as their whole region.
+    does not (a strided one) switches the storage to an array of events per *granule*, exact for
+    any view: the largest power of two of bytes that every access so far starts, ends and steps
+    on (the item size of a strided view, at most), so that a view of ``n`` items is ``n`` entries
+    in one run of the array rather than ``n`` runs of a few bytes. An access on a finer grain
+    splits the granules first. Dynamic views count as their whole region.
 
     The boxes are ``(r0, r1, b0, b1, event)`` tuples by number, and each number is listed in
     the buckets of :data:`BUCKET_BYTES` bytes its box spans: an access looks only at the boxes
     of the buckets it spans, however many tiles the loop nest has touched.
     """
 
-    __slots__ = ("boxes", "buckets", "exact", "next_box", "per_byte", "storage")
+    __slots__ = ("boxes", "buckets", "exact", "granule", "next_box", "per_granule", "storage")
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
@@ -279,7 +282,9 @@ class _Shadow:
         #: Box numbers by their rectangle. Boxes are disjoint, so an access to exactly a box's bytes meets no other.
         self.exact: dict[tuple[int, int, int, int], int] = {}
         self.next_box = 0
-        self.per_byte: np.ndarray | None = None
+        #: The events per granule of ``granule`` bytes (rows x row bytes / granule), once a strided view came.
+        self.per_granule: np.ndarray | None = None
+        self.granule = 0
 
     def _overlapping(self, r0: int, r1: int, b0: int, b1: int) -> list[int]:
         """The numbers of the boxes that meet the rectangle, in the order they were made."""
@@ -307,10 +312,10 @@ class _Shadow:
 
     def events(self, t: Tensor) -> list[int]:
         """The events (non-zero, earliest first) of the bytes ``t`` touches."""
-        if self.per_byte is None and self.boxes and not _dense(t):
-            self._to_per_byte()  # a strided view: only the per-byte record is exact
-        if self.per_byte is not None:
-            stamps = _byte_view(self.per_byte, t)
+        if self.per_granule is None and self.boxes and not _dense(t):
+            self._to_granules(t)  # a strided view: only the per-granule record is exact
+        if self.per_granule is not None:
+            stamps = self._granule_view(t)
             if stamps.size == 0:
                 return []
             high = int(stamps.max())
@@ -330,10 +335,10 @@ class _Shadow:
 
     def stamp(self, t: Tensor, event: int) -> None:
         """``t``'s bytes were last touched by ``event``."""
-        if self.per_byte is None and not _dense(t):
-            self._to_per_byte()
-        if self.per_byte is not None:
-            _byte_view(self.per_byte, t)[...] = event
+        if self.per_granule is None and not _dense(t):
+            self._to_granules(t)
+        if self.per_granule is not None:
+            self._granule_view(t)[...] = event
             return
         r = t.region
         r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
@@ -348,10 +353,46 @@ class _Shadow:
                 self._add(part)
         self._add((r0, r1, b0, b1, event))
 
-    def _to_per_byte(self) -> None:
-        self.per_byte = np.zeros(self.storage.bytes.shape, dtype=np.int32)
+    def _to_granules(self, t: Tensor) -> None:
+        """Switch to the per-granule record, on the grain of the boxes so far and of ``t``."""
+        bits = self.storage.row_bytes
+        for _, _, b0, b1, _ in self.boxes.values():
+            bits |= b0 | b1
+        granule = _granule(t, bits & -bits)
+        self.granule = granule
+        self.per_granule = np.zeros((self.storage.bytes.shape[0], self.storage.row_bytes // granule), np.int32)
         for r0, r1, b0, b1, event in self.boxes.values():
-            self.per_byte[r0:r1, b0:b1] = event
+            self.per_granule[r0:r1, b0 // granule : b1 // granule] = event
+
+    def _granule_view(self, t: Tensor) -> np.ndarray:
+        """The events of the granules ``t`` touches (a dynamic view: its whole region), split finer if ``t`` needs."""
+        granule = _granule(t, self.granule)
+        if granule < self.granule:
+            self.per_granule = np.repeat(self.per_granule, self.granule // granule, axis=1)
+            self.granule = granule
+        per_granule = self.per_granule
+        assert per_granule is not None
+        if t.is_dynamic:
+            r = t.region
+            return per_granule[r.r0 : r.r1, r.b0 // granule : r.b1 // granule]
+        array = t.array
+        size = per_granule.itemsize
+        shape, strides = array.shape, tuple(s // granule * size for s in array.strides)
+        if t.itemsize > granule:  # the granules of each item, adjacent
+            shape, strides = (*shape, t.itemsize // granule), (*strides, size)
+        return np.ndarray(shape, np.int32, buffer=per_granule, offset=t.byte_offset // granule * size, strides=strides)
+
+
+def _granule(t: Tensor, granule: int) -> int:
+    """The largest power of two, at most ``granule``, that ``t``'s bytes start, end and step on."""
+    if t.is_dynamic:
+        r = t.region
+        bits = r.b0 | r.b1
+    else:
+        bits = t.itemsize | t.byte_offset
+        for stride in t.array.strides:
+            bits |= abs(stride)
+    return min(granule, bits & -bits) if bits else granule
 
 
 def _minus(box: tuple[int, int, int, int, int], r: Region) -> list[tuple[int, int, int, int, int]]:
@@ -396,22 +437,6 @@ def _dense(t: Tensor) -> bool:
     if any(s == 0 and n > 1 for n, s in zip(array.shape, array.strides)):
         return False
     return array.size * array.itemsize == (r.r1 - r.r0) * (r.b1 - r.b0)
-
-
-def _byte_view(per_byte: np.ndarray, t: Tensor) -> np.ndarray:
-    """The per-byte events of every byte ``t`` touches (a dynamic view: its whole region)."""
-    if t.is_dynamic:
-        r = t.region
-        return per_byte[r.r0 : r.r1, r.b0 : r.b1]
-    array = t.array
-    size = per_byte.itemsize
-    return np.ndarray(
-        (*array.shape, t.itemsize),
-        np.int32,
-        buffer=per_byte,
-        offset=t.byte_offset * size,
-        strides=(*(s * size for s in array.strides), size),
-    )
 
 
 def _storage_name(storage: Storage) -> str:

@@ -62,6 +62,72 @@ def test_events_match_a_per_byte_reference(accesses, probe):
     assert shadow.events(_tensor(storage, probe_view)) == expected
 
 
+typed_views = st.tuples(
+    st.integers(0, ROWS - 1),
+    st.integers(1, ROWS),
+    st.integers(0, ROW_BYTES - 1),  # the first byte: any, so that items need not be aligned to their size
+    st.integers(1, 16),
+    st.sampled_from([1, 1, 2, 3, 4]),
+    st.sampled_from([np.uint8, np.float16, np.float32, np.float64]),
+)
+
+
+def _typed_view(storage: Storage, spec) -> np.ndarray:
+    r0, nr, c0, items, step, dtype = spec
+    size = np.dtype(dtype).itemsize
+    items = max(1, min(items, (ROW_BYTES - c0) // size))
+    if c0 + size > ROW_BYTES:
+        c0 = ROW_BYTES - size
+    view = storage.bytes[r0 : min(ROWS, r0 + nr), c0 : c0 + items * size].view(dtype)
+    return view[:, ::step]
+
+
+def _painted(storage: Storage, view: np.ndarray) -> np.ndarray:
+    """The bytes ``view`` touches, as a mask over the storage (worked out from its address and strides)."""
+    mask = np.zeros(storage.bytes.shape, dtype=bool)
+    np.ndarray(
+        (*view.shape, view.itemsize),
+        np.bool_,
+        buffer=mask,
+        offset=view.__array_interface__["data"][0] - storage.bytes.__array_interface__["data"][0],
+        strides=(*view.strides, 1),
+    )[...] = True
+    return mask
+
+
+@settings(max_examples=400, deadline=None)
+@given(accesses=st.lists(typed_views, min_size=1, max_size=12), probe=typed_views)
+def test_events_of_views_of_any_item_size_match_a_per_byte_reference(accesses, probe):
+    """Strided views of 1-, 2-, 4- and 8-byte items at any byte: the record's grain follows them, exactly."""
+    storage = Storage("sbuf", ROWS, ROW_BYTES)
+    shadow = _Shadow(storage)
+    reference = np.zeros(storage.bytes.shape, dtype=np.int64)
+    for event, spec in enumerate(accesses, start=1):
+        view = _typed_view(storage, spec)
+        shadow.stamp(_tensor(storage, view), event)
+        reference[_painted(storage, view)] = event
+        probe_view = _typed_view(storage, probe)
+        expected = sorted({int(e) for e in reference[_painted(storage, probe_view)] if e})
+        assert shadow.events(_tensor(storage, probe_view)) == expected
+
+
+def test_a_strided_view_of_two_byte_items_keeps_one_entry_per_item():
+    """A bf16-sized strided view over float32 tiles: two bytes per entry, not one (a view of n items stays n
+    entries in one run); a one-byte view later splits the grain and loses nothing."""
+    storage = Storage("sbuf", ROWS, ROW_BYTES)
+    shadow = _Shadow(storage)
+    tile = storage.bytes[:, 0:32].view(np.float32)
+    shadow.stamp(_tensor(storage, tile), 1)
+    shadow.stamp(_tensor(storage, storage.bytes[:, 32:64].view(np.float16)[:, ::4]), 2)
+    assert shadow.granule == 2 and shadow.per_granule.shape == (ROWS, ROW_BYTES // 2)
+    assert shadow.events(_tensor(storage, tile)) == [1]
+    shadow.stamp(_tensor(storage, storage.bytes[:, 33:34]), 3)
+    assert shadow.granule == 1
+    assert shadow.events(_tensor(storage, storage.bytes[:, 32:40])) == [2, 3]
+    assert shadow.events(_tensor(storage, storage.bytes[:, 34:36])) == []
+
+
+@settings(deadline=None)  # the first example compiles the numba scan
 @given(
     marks=st.lists(st.integers(0, 255), min_size=1, max_size=64).flatmap(
         lambda row: st.tuples(st.just(row), st.integers(1, 4), st.sampled_from([1, 2]))
