@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -315,7 +315,8 @@ class _Shadow:
         if self.per_granule is None and self.boxes and not _dense(t):
             self._to_granules(t)  # a strided view: only the per-granule record is exact
         if self.per_granule is not None:
-            stamps = self._granule_view(t)
+            target, where = self._granules_of(t)
+            stamps = target[where]
             if stamps.size == 0:
                 return []
             high = int(stamps.max())
@@ -338,7 +339,8 @@ class _Shadow:
         if self.per_granule is None and not _dense(t):
             self._to_granules(t)
         if self.per_granule is not None:
-            self._granule_view(t)[...] = event
+            target, where = self._granules_of(t)
+            target[where] = event
             return
         r = t.region
         r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
@@ -358,29 +360,38 @@ class _Shadow:
         bits = self.storage.row_bytes
         for _, _, b0, b1, _ in self.boxes.values():
             bits |= b0 | b1
-        granule = _granule(t, bits & -bits)
-        self.granule = granule
-        self.per_granule = np.zeros((self.storage.bytes.shape[0], self.storage.row_bytes // granule), np.int32)
+        self.granule = _granule(t, bits & -bits)
+        self.per_granule = _columns_first(self.storage.bytes.shape[0], self.storage.row_bytes // self.granule)
+        grid = self.per_granule.T  # rows x granules
         for r0, r1, b0, b1, event in self.boxes.values():
-            self.per_granule[r0:r1, b0 // granule : b1 // granule] = event
+            grid[r0:r1, b0 // self.granule : b1 // self.granule] = event
 
-    def _granule_view(self, t: Tensor) -> np.ndarray:
-        """The events of the granules ``t`` touches (a dynamic view: its whole region), split finer if ``t`` needs."""
+    def _granules_of(self, t: Tensor) -> tuple[np.ndarray, Any]:
+        """The events of the granules ``t`` touches, as ``target[where]`` (a view, or indices for a view whose
+        bytes are not a lattice of rows and columns); a finer grain splits the granules first."""
         granule = _granule(t, self.granule)
-        if granule < self.granule:
-            self.per_granule = np.repeat(self.per_granule, self.granule // granule, axis=1)
-            self.granule = granule
         per_granule = self.per_granule
         assert per_granule is not None
+        if granule < self.granule:
+            split = self.granule // granule
+            finer = _columns_first(per_granule.shape[1], per_granule.shape[0] * split)
+            finer.reshape(per_granule.shape[0], split, per_granule.shape[1])[...] = per_granule[:, None, :]
+            self.per_granule, self.granule, per_granule = finer, granule, finer
+        grid = per_granule.T
         if t.is_dynamic:
             r = t.region
-            return per_granule[r.r0 : r.r1, r.b0 // granule : r.b1 // granule]
-        array = t.array
-        size = per_granule.itemsize
-        shape, strides = array.shape, tuple(s // granule * size for s in array.strides)
-        if t.itemsize > granule:  # the granules of each item, adjacent
-            shape, strides = (*shape, t.itemsize // granule), (*strides, size)
-        return np.ndarray(shape, np.int32, buffer=per_granule, offset=t.byte_offset // granule * size, strides=strides)
+            return grid, (slice(r.r0, r.r1), slice(r.b0 // granule, r.b1 // granule))
+        lattice = _rows_and_columns(t, self.storage.row_bytes)
+        if lattice is None:
+            return grid, _indices(t, self.storage.row_bytes, granule)
+        row, column, axes = lattice
+        size, rows = per_granule.itemsize, per_granule.shape[1]
+        shape = tuple(n for n, _, _ in axes)
+        strides = tuple((row_step + column_step // granule * rows) * size for _, row_step, column_step in axes)
+        if t.itemsize > granule:  # the granules of each item, in adjacent columns
+            shape, strides = (*shape, t.itemsize // granule), (*strides, rows * size)
+        offset = (row + column // granule * rows) * size
+        return np.ndarray(shape, np.int32, buffer=per_granule, offset=offset, strides=strides), ...
 
 
 def _granule(t: Tensor, granule: int) -> int:
@@ -393,6 +404,50 @@ def _granule(t: Tensor, granule: int) -> int:
         for stride in t.array.strides:
             bits |= abs(stride)
     return min(granule, bits & -bits) if bits else granule
+
+
+def _columns_first(rows: int, columns: int) -> np.ndarray:
+    """Zeroed events, stored column by column (transposed: ``columns x rows``).
+
+    A view's partitions are adjacent there, so a strided view of a tile (one item in every
+    few) touches a run of partitions per item rather than a cache line per item and partition.
+    """
+    return np.zeros((columns, rows), np.int32)
+
+
+def _rows_and_columns(t: Tensor, row_bytes: int) -> tuple[int, int, list[tuple[int, int, int]]] | None:
+    """``t``'s first byte as (row, column), and per axis its extent, row step and column step in bytes;
+    None when an axis steps across rows and columns at once, or the columns leave the row."""
+    row, column = divmod(t.byte_offset, row_bytes)
+    low = high = column
+    axes = []
+    for n, stride in zip(t.array.shape, t.array.strides):
+        if n == 1 or stride == 0:
+            axes.append((n, 0, 0))
+        elif stride % row_bytes == 0:
+            axes.append((n, stride // row_bytes, 0))
+        elif abs(stride) < row_bytes:
+            axes.append((n, 0, stride))
+            if stride > 0:
+                high += (n - 1) * stride
+            else:
+                low += (n - 1) * stride
+        else:
+            return None
+    if low < 0 or high + t.itemsize > row_bytes:
+        return None
+    return row, column, axes
+
+
+def _indices(t: Tensor, row_bytes: int, granule: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (row, granule) indices of every granule ``t`` touches, from the address of each of its bytes."""
+    array = t.array
+    starts = np.full((), t.byte_offset, dtype=np.int64)
+    for n, stride in zip(array.shape, array.strides):
+        starts = np.expand_dims(starts, -1) + np.arange(n, dtype=np.int64) * stride
+    touched = starts.reshape(-1, 1) + np.arange(0, t.itemsize, granule, dtype=np.int64)
+    rows, columns = np.divmod(touched.ravel(), row_bytes)
+    return rows, columns // granule
 
 
 def _minus(box: tuple[int, int, int, int, int], r: Region) -> list[tuple[int, int, int, int, int]]:

@@ -67,14 +67,22 @@ typed_views = st.tuples(
     st.integers(1, ROWS),
     st.integers(0, ROW_BYTES - 1),  # the first byte: any, so that items need not be aligned to their size
     st.integers(1, 16),
-    st.sampled_from([1, 1, 2, 3, 4]),
+    st.sampled_from([1, 1, 2, 3, 4, -1, -2]),  # negative: the items in reverse
     st.sampled_from([np.uint8, np.float16, np.float32, np.float64]),
+    st.booleans(),  # flat: one axis over the storage's bytes, across rows (an HBM tensor seen as 1-d)
 )
 
 
 def _typed_view(storage: Storage, spec) -> np.ndarray:
-    r0, nr, c0, items, step, dtype = spec
+    r0, nr, c0, items, step, dtype, flat = spec
     size = np.dtype(dtype).itemsize
+    if flat:
+        start = min(r0 * ROW_BYTES + c0, ROWS * ROW_BYTES - size)
+        items = max(1, min(items * nr, (ROWS * ROW_BYTES - start) // size))
+        flat_view = storage.bytes.reshape(-1)[start : start + items * size].view(dtype)
+        if items % 2 == 0:  # two rows of its own, whose step is neither a whole row of the storage nor less
+            return flat_view.reshape(2, items // 2)[:, ::step]
+        return flat_view[::step]
     items = max(1, min(items, (ROW_BYTES - c0) // size))
     if c0 + size > ROW_BYTES:
         c0 = ROW_BYTES - size
@@ -119,7 +127,7 @@ def test_a_strided_view_of_two_byte_items_keeps_one_entry_per_item():
     tile = storage.bytes[:, 0:32].view(np.float32)
     shadow.stamp(_tensor(storage, tile), 1)
     shadow.stamp(_tensor(storage, storage.bytes[:, 32:64].view(np.float16)[:, ::4]), 2)
-    assert shadow.granule == 2 and shadow.per_granule.shape == (ROWS, ROW_BYTES // 2)
+    assert shadow.granule == 2 and shadow.per_granule.size == ROWS * ROW_BYTES // 2
     assert shadow.events(_tensor(storage, tile)) == [1]
     shadow.stamp(_tensor(storage, storage.bytes[:, 33:34]), 3)
     assert shadow.granule == 1
