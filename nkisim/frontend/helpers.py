@@ -37,13 +37,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
+import functools
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from nkisim.errors import DtypeError, OperandError, ShapeError
+from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
 from nkisim.frontend.lowering import (
     FP32,
     MATH_HELPERS,
@@ -359,6 +362,30 @@ def no_reorder() -> Iterator[None]:
 
 # -- registration ---------------------------------------------------------------------
 
+
+def checked_arguments(name: str, helper: Callable[..., Any]) -> Callable[..., Any]:
+    """``helper``, whose calls with arguments its signature does not take raise an :class:`OperandError`
+    (``nl.add: missing a required argument: 'y'``) at the kernel's line rather than a TypeError from inside."""
+
+    @functools.wraps(helper)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return helper(*args, **kwargs)
+        except TypeError:
+            signature = inspect.signature(helper)
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                rule = str(exc)
+                unknown = [k for k in kwargs if k not in signature.parameters]
+                close = difflib.get_close_matches(unknown[0], signature.parameters, n=1) if unknown else []
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise OperandError(f"nl.{name}: {rule}{hint}", loc=user_location(2)) from None
+            raise
+
+    return call
+
+
 #: ``nl`` helpers that are not operator constants, by their ``nki.language`` name.
 HELPERS: dict[str, Callable[..., Any]] = {
     "load": load,
@@ -387,6 +414,7 @@ HELPERS: dict[str, Callable[..., Any]] = {
     "load_transpose2d": load_transpose2d,
     **MATH_HELPERS,
 }
+HELPERS = {name: checked_arguments(name, helper) for name, helper in HELPERS.items()}
 
 _SPECIAL: dict[str, Callable[..., Tensor]] = {"copy": copy, "invert": invert}
 
@@ -414,7 +442,7 @@ def _callable(op: Op) -> CallableOp:
     else:
         helper = _binary_helper(op)
     fields = {f.name: getattr(op, f.name) for f in dataclasses.fields(Op)}
-    return CallableOp(**fields, helper=helper)
+    return CallableOp(**fields, helper=None if helper is None else checked_arguments(op.name, helper))
 
 
 #: The ``nl`` operator constants, each callable as its value-returning helper.

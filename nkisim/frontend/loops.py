@@ -15,7 +15,8 @@ sets the kernel's :attr:`~nkisim.frontend.context.KernelContext.dynamic_scope`, 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -61,12 +62,11 @@ class AffineRange:
         ctx = current_context() if is_running() else None
         checker = ctx.machine.checker if ctx is not None else None
         order = _ORDER.get()
-        values = list(self.values)
+        values: Iterable[int] = self.values  # a range: a loop of any length takes no memory in order
         if order == "reversed":
-            values.reverse()
+            values = self.values[::-1]
         elif order == "shuffled":
-            seed = (self.loc.line, self.values.start, self.values.stop, self.values.step)
-            values = [values[i] for i in np.random.default_rng(seed).permutation(len(values))]
+            values = _shuffled(self.values, (self.loc.line, self.values.start, self.values.stop, self.values.step))
         if checker is None:
             yield from values
             return
@@ -82,6 +82,23 @@ class AffineRange:
             ctx.flush_deferred()  # not when the loop is abandoned (an error, or a break)
         finally:
             loops.leave(instance)
+
+
+#: Iterations a shuffled loop permutes in full (8 bytes each); a longer loop takes a permutation computed per step.
+MAX_PERMUTED = 1 << 22
+
+
+def _shuffled(values: range, seed: tuple[int, ...]) -> Iterable[int]:
+    """``values`` in an order drawn from ``seed``: a uniform permutation, or for a loop longer than
+    :data:`MAX_PERMUTED` the affine one ``i -> (a * i + c) mod n`` with ``a`` prime to ``n`` (in bounded memory)."""
+    rng = np.random.default_rng(seed)
+    n = len(values)
+    if n <= MAX_PERMUTED:
+        return [values[i] for i in rng.permutation(n)]
+    while math.gcd(a := int(rng.integers(1, n)), n) != 1:
+        pass
+    c = int(rng.integers(0, n))
+    return (values[(a * i + c) % n] for i in range(n))
 
 
 class DynamicRange:

@@ -252,6 +252,8 @@ def _dropout_validate(ops: DropoutOps, chk: Check) -> None:
             f"dtype {dtype_name(ops.dst.dtype)} must match data's {dtype_name(ops.data.dtype)}",
         )
     check_vector_operand(chk, "prob", ops.prob, ops.data.partitions)
+    if not isinstance(ops.prob, Tensor) and not 0.0 <= float(ops.prob) <= 1.0:  # NaN fails too
+        chk.fail(OperandError, "prob", f"{ops.prob} is not a probability in [0, 1]")
     if isinstance(ops.prob, Tensor):
         prob_type = dtype_name(ops.prob.dtype)
         if is_integer(ops.data.dtype) and prob_type != "float32":

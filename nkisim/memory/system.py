@@ -115,7 +115,7 @@ class MemorySystem:
         if buffer.is_on_chip:
             tensor = self._on_chip_tensor(shape, dtype, buffer, name, loc, address)
         else:
-            storage = self._hbm_storage(shape, dtype, name, loc)
+            storage = self._hbm_storage(shape, dtype, name, loc, written=self.poison)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
         if self.poison:
             poisoned = _poison(tensor)
@@ -127,7 +127,7 @@ class MemorySystem:
 
     def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
         """Copy a kernel input into fresh HBM (an input reports ``nl.hbm``: see :data:`INPUT_BUFFER`)."""
-        storage = self._hbm_storage(values.shape, dtype, name)
+        storage = self._hbm_storage(values.shape, dtype, name, written=True)
         tensor = Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, INPUT_BUFFER, name, storage, None)
         tensor.array[...] = values
         if self.recorder is not None:
@@ -177,8 +177,13 @@ class MemorySystem:
             self.on_allocate(tensor, address is not None)
         return tensor
 
-    def _hbm_storage(self, shape: tuple[int, ...], dtype: np.dtype, name: str, loc: SourceLoc | None = None) -> Storage:
-        """Bytes for an HBM tensor, refused (before any is allocated) beyond the target's HBM capacity."""
+    def _hbm_storage(
+        self, shape: tuple[int, ...], dtype: np.dtype, name: str, loc: SourceLoc | None = None, written: bool = False
+    ) -> Storage:
+        """Bytes for an HBM tensor, refused (before any is allocated) beyond the target's HBM capacity, and when
+        they are ``written`` at once (poisoned, or an input's values) beyond the memory this machine has free.
+
+        Bytes nothing writes cost no memory until a kernel does (a shapes-only profile's tensors)."""
         rows = max(shape[0] if len(shape) >= 2 else 1, 1)
         row_bytes = max(math.prod(shape[1:] if len(shape) >= 2 else shape) * dtype.itemsize, 1)
         nbytes = rows * row_bytes
@@ -189,10 +194,38 @@ class MemorySystem:
                 f"{capacity - self.hbm_bytes} of the {capacity} bytes of {self.hw.name}'s HBM per NeuronCore are free",
                 loc=loc,
             )
+        available = host_memory_available() if written and nbytes >= HOST_CHECK_BYTES else None
+        if available is not None and nbytes > available:
+            raise CapacityError(
+                f"{name} {describe(shape, dtype)} would take {nbytes} bytes of this machine's memory to simulate "
+                f"in HBM, and {available} are available; simulate a smaller size, or free memory first",
+                loc=loc,
+            )
         storage = Storage("hbm", rows, row_bytes, self._hbm_next_address)
         self._hbm_next_address += -(-nbytes // 4096) * 4096
         self.hbm_bytes += nbytes
         return storage
+
+
+#: HBM tensors from this many bytes on are checked against the machine's available memory first.
+HOST_CHECK_BYTES = 64 << 20
+
+
+def host_memory_available() -> int | None:
+    """Bytes this process may still take: Linux's MemAvailable, or less under a cgroup (v2) limit; None if unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit, open("/sys/fs/cgroup/memory.current") as current:
+            cap = limit.read().strip()
+            if cap != "max":
+                available = min(available, int(cap) - int(current.read()))
+    except (OSError, ValueError):
+        pass
+    return available
 
 
 def _check_address(

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
+from nkisim.errors import DtypeError, OperandError, ShapeError, SourceLoc, user_location
 from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.helpers import CALLABLE_OPS, HELPERS
 from nkisim.frontend.loops import AffineRange, DynamicRange, dynamic_iterations
@@ -242,18 +242,33 @@ def affine_range(start: int, stop: int | None = None, step: int = 1) -> AffineRa
     one iteration to a later one is reported, and ``nkisim.run(..., affine_order=)``
     may run the iterations reversed or shuffled (docs/checks.md).
     """
-    values = range(start, stop, step) if stop is not None else range(start)
-    return AffineRange(values, user_location())
+    loc = user_location()
+    return AffineRange(_python_range("affine_range", start, stop, step, loc), loc)
 
 
 def sequential_range(start: int, stop: int | None = None, step: int = 1) -> range:
     """Loop iterator for iterations with loop-carried dependencies (runs as Python ``range``)."""
-    return range(start, stop, step) if stop is not None else range(start)
+    return _python_range("sequential_range", start, stop, step, user_location())
 
 
 def static_range(start: int, stop: int | None = None, step: int = 1) -> range:
     """Fully unrolled loop iterator (runs as Python ``range``)."""
-    return range(start, stop, step) if stop is not None else range(start)
+    return _python_range("static_range", start, stop, step, user_location())
+
+
+def _python_range(name: str, start: Any, stop: Any, step: Any, loc: SourceLoc) -> range:
+    """``range(start, stop, step)``, its bounds checked: integers known while tracing, and a step other than 0."""
+    bounds = {"stop": start} if stop is None else {"start": start, "stop": stop}
+    for what, value in (*bounds.items(), ("step", step)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            hint = " (a quotient: write n // d, not n / d)" if isinstance(value, (float, np.floating)) else ""
+            raise OperandError(
+                f"nl.{name}: {what} {value!r} must be an integer known while tracing, not {type(value).__name__}{hint}",
+                loc=loc,
+            )
+    if step == 0:
+        raise OperandError(f"nl.{name}: step must not be 0", loc=loc)
+    return range(int(start), int(stop), int(step)) if stop is not None else range(int(start))
 
 
 def ds(start: int, size: int) -> DynSlice:
