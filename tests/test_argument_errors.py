@@ -17,7 +17,7 @@ import nkisim
 import nkisim.nki as nki
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
-from nkisim import BudgetError, CapacityError, OperandError
+from nkisim import BudgetError, CapacityError, MemoryKindError, OperandError
 from nkisim.frontend import loops
 from nkisim.memory import system
 
@@ -143,6 +143,19 @@ def test_helpers_keep_their_signature_and_results():
     assert "keepdims" in inspect.signature(nl.sum).parameters
     a = np.arange(128, dtype=np.float32).reshape(8, 16)
     np.testing.assert_array_equal(nkisim.run(_helper_kernel(lambda x: nl.add(x, x)), [a]).outputs, a + a)
+
+
+def test_storing_a_psum_tile_names_the_helper_and_the_copy_it_needs():
+    @nki.jit
+    def kernel(x, y):
+        product = nl.matmul(nl.load(x), nl.load(y), transpose_x=True)
+        out = nl.ndarray(product.shape, dtype=product.dtype, buffer=nl.shared_hbm)
+        nl.store(out, product)  # @store
+        return out
+
+    rule = r"nl\.store \[trn1\]: value psum\d+ is a PSUM tile; copy it into SBUF first"
+    with pytest.raises(MemoryKindError, match=at("store") + rule):
+        nkisim.run(kernel, [np.ones((8, 16), np.float32)] * 2)
 
 
 # -- reshape ------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from nkisim.errors import DtypeError, OperandError, ShapeError, user_location
+from nkisim.errors import DtypeError, MemoryKindError, OperandError, ShapeError, user_location
 from nkisim.frontend.lowering import (
     FP32,
     MATH_HELPERS,
@@ -145,7 +145,12 @@ def store(dst: Any, value: Any) -> None:
     call = HelperCall("store")
     if not isinstance(dst, Tensor):
         raise call.error(OperandError, f"dst must be an HBM tensor, got {type(dst).__name__}")
-    call.emit("dma_copy", dst=dst, src=call.on_chip("value", value))
+    value = call.on_chip("value", value)
+    if value.buffer is Buffer.psum:  # DMA does not read PSUM
+        raise call.error(
+            MemoryKindError, f"value {value.name} is a PSUM tile; copy it into SBUF first (nl.copy or nisa.tensor_copy)"
+        )
+    call.emit("dma_copy", dst=dst, src=value)
 
 
 def transpose(x: Any, dtype: Any = None) -> Tensor:
