@@ -283,3 +283,45 @@ def test_the_available_memory_is_read_from_the_system():
         assert available is not None and 0 < available <= meminfo * 1.5  # it moves between the two reads
     else:
         assert available is None
+
+
+# -- immediates and targets -----------------------------------------------------------------
+
+
+def test_scalars_beyond_float32_round_to_infinity_as_a_cast_does_without_a_warning():
+    import warnings
+
+    @nki.jit
+    def kernel(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1e300)
+        u = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=u, op=nl.copy, data=a_tile(a), scale=-1e300)
+        v = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=v, value=3.4028235e38 * (1 + 2**-30))  # within half a unit of float32's largest
+        out = nl.ndarray((2, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+        for i, tile in enumerate((t, u, v)):
+            nisa.dma_copy(dst=out[:, 2 * i : 2 * i + 2], src=tile)
+        return out
+
+    def a_tile(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        return t
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = nkisim.run(kernel, [np.ones((2, 2), np.float32)]).outputs
+    top = np.finfo(np.float32).max
+    np.testing.assert_array_equal(out, np.array([[np.inf, np.inf, -np.inf, -np.inf, top, top]] * 2, np.float32))
+
+
+@pytest.mark.parametrize("target", ["", " "])
+def test_an_empty_target_name_is_refused_not_taken_for_the_default(target):
+    @nki.jit
+    def kernel(a):
+        return a
+
+    with pytest.raises(nkisim.TargetError, match=r"unknown target '\s*'; choose one of .*trn2"):
+        nkisim.run(kernel, [np.ones((2, 2), np.float32)], target=target)

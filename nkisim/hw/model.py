@@ -484,7 +484,7 @@ def load_target(target: str | os.PathLike[str] | HwConfig | None = None) -> HwCo
     """
     if isinstance(target, HwConfig):
         return target
-    chosen = target or os.environ.get(TARGET_ENV_VAR) or DEFAULT_TARGET
+    chosen = target if target is not None else os.environ.get(TARGET_ENV_VAR) or DEFAULT_TARGET  # '' is no name
     if _is_path(chosen):
         return HwConfig.from_toml(chosen)
     assert isinstance(chosen, str)

@@ -27,7 +27,20 @@ def per_partition(value: Tensor | float | int, partitions: int) -> np.ndarray | 
     """A scalar, or a ``(P, 1)`` tensor as a float32 column that broadcasts along the free dims."""
     if isinstance(value, Tensor):
         return f32(value).reshape(partitions, 1)
-    return F32(value)
+    return f32_scalar(value)
+
+
+#: The largest finite float32: a scalar beyond it rounds to an infinity (or to it, within half a unit).
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def f32_scalar(value: float | int) -> np.float32:
+    """A scalar immediate as float32, rounded to nearest even: beyond float32's range an infinity, as the cast
+    gives, without numpy's overflow warning."""
+    if -_F32_MAX <= value <= _F32_MAX or value != value:
+        return F32(value)
+    with np.errstate(over="ignore"):
+        return F32(value)
 
 
 def as_rows(values: np.ndarray, partitions: int) -> np.ndarray:

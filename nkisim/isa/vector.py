@@ -24,6 +24,7 @@ from nkisim.isa.common import (
     check_vector_operand,
     copy_bits,
     f32,
+    f32_scalar,
     per_partition,
     same_format,
     write,
@@ -421,4 +422,4 @@ def memset(ops: MemsetOps, state: EngineState) -> None:
     if is_integer(ops.dst.dtype) and ops.dst.dtype.kind != "b" and float(value).is_integer():
         write(ops.dst, np.full(ops.dst.shape, int(value), dtype=np.float64))
     else:
-        write(ops.dst, np.full(ops.dst.shape, value, dtype=np.float32))
+        write(ops.dst, np.full(ops.dst.shape, f32_scalar(value), dtype=np.float32))
