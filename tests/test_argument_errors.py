@@ -325,3 +325,39 @@ def test_an_empty_target_name_is_refused_not_taken_for_the_default(target):
 
     with pytest.raises(nkisim.TargetError, match=r"unknown target '\s*'; choose one of .*trn2"):
         nkisim.run(kernel, [np.ones((2, 2), np.float32)], target=target)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"/proc/meminfo": "MemTotal: 9 kB\nMemAvailable: 1000 kB\n"}, 1_024_000),
+        (
+            {
+                "/proc/meminfo": "MemAvailable: 1000 kB\n",
+                "/sys/fs/cgroup/memory.max": "max\n",
+                "/sys/fs/cgroup/memory.current": "1048576\n",
+            },
+            1_024_000,  # no cgroup limit
+        ),
+        (
+            {
+                "/proc/meminfo": "MemAvailable: 1000 kB\n",
+                "/sys/fs/cgroup/memory.max": "2048000\n",
+                "/sys/fs/cgroup/memory.current": "1048576\n",
+            },
+            2_048_000 - 1_048_576,  # the cgroup's room is less than the machine's
+        ),
+        ({"/proc/meminfo": "MemTotal: 9 kB\n"}, None),  # no MemAvailable line (an old kernel)
+        ({}, None),  # no /proc (not Linux)
+    ],
+)
+def test_the_available_memory_is_the_least_of_the_machines_and_the_cgroups(monkeypatch, files, expected):
+    import io
+
+    def fake_open(path, *args, **kwargs):
+        if path not in files:
+            raise FileNotFoundError(path)
+        return io.StringIO(files[path])
+
+    monkeypatch.setattr(system, "open", fake_open, raising=False)
+    assert system.host_memory_available() == expected
