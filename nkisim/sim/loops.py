@@ -282,7 +282,8 @@ class _Shadow:
         #: Box numbers by their rectangle. Boxes are disjoint, so an access to exactly a box's bytes meets no other.
         self.exact: dict[tuple[int, int, int, int], int] = {}
         self.next_box = 0
-        #: The events per granule of ``granule`` bytes (rows x row bytes / granule), once a strided view came.
+        #: The events per granule of ``granule`` bytes once a strided view came, stored columns first
+        #: (row bytes / granule x rows: see :func:`_columns_first`).
         self.per_granule: np.ndarray | None = None
         self.granule = 0
 
