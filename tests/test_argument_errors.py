@@ -361,3 +361,23 @@ def test_the_available_memory_is_the_least_of_the_machines_and_the_cgroups(monke
 
     monkeypatch.setattr(system, "open", fake_open, raising=False)
     assert system.host_memory_available() == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "marker", "rule"),
+    [
+        (
+            lambda x: nl.sum(x, axis=None),  # @axis-none
+            "axis-none",
+            r"nl\.sum \[trn1\]: axis None must be an int or a tuple of ints",
+        ),
+        (
+            lambda x: nl.broadcast_to(nl.sum(x, axis=1, keepdims=True), 16),  # @broadcast-int
+            "broadcast-int",
+            r"nl\.broadcast_to \[trn1\]: shape 16 must be a tuple of integers",
+        ),
+    ],
+)
+def test_a_helper_given_an_axis_or_shape_of_another_kind_names_it(body, marker, rule):
+    with pytest.raises(OperandError, match=at(marker) + rule):
+        nkisim.run(_helper_kernel(body), [np.ones((8, 16), np.float32)])

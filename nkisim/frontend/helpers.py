@@ -203,6 +203,10 @@ def broadcast_to(x: Any, shape: Any, dtype: Any = None) -> Tensor:
     """
     call = HelperCall("broadcast_to")
     x = call.on_chip("x", x)
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape
+    ):
+        raise call.error(OperandError, f"shape {shape!r} must be a tuple of integers")
     target = tuple(int(d) for d in shape)
     if len(target) != x.ndim or any(a != b and a != 1 for a, b in zip(x.shape, target)):
         raise call.error(ShapeError, f"cannot broadcast shape {list(x.shape)} to {list(target)}")

@@ -18,6 +18,8 @@ from nkisim.memory import Tensor
 
 
 def _axes(call: HelperCall, x: Tensor, axis: Any) -> tuple[int, ...]:
+    if not isinstance(axis, (int, np.integer, tuple, list)):
+        raise call.error(OperandError, f"axis {axis!r} must be an int or a tuple of ints")
     items = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     axes = []
     for a in items:
