@@ -64,6 +64,7 @@ from nkisim.frontend.reductions import mean, reduction, rms_norm, softmax, var
 from nkisim.isa.ops import OPS, Op
 from nkisim.memory import Buffer, Tensor
 from nkisim.memory.dtypes import NKI_DTYPES, is_tfloat32
+from nkisim.memory.pattern import is_int
 
 UINT32 = NKI_DTYPES["uint32"]
 
@@ -203,9 +204,7 @@ def broadcast_to(x: Any, shape: Any, dtype: Any = None) -> Tensor:
     """
     call = HelperCall("broadcast_to")
     x = call.on_chip("x", x)
-    if not isinstance(shape, (tuple, list)) or not all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape
-    ):
+    if not isinstance(shape, (tuple, list)) or not all(is_int(d) for d in shape):
         raise call.error(OperandError, f"shape {shape!r} must be a tuple of integers")
     target = tuple(int(d) for d in shape)
     if len(target) != x.ndim or any(a != b and a != 1 for a, b in zip(x.shape, target)):

@@ -213,8 +213,8 @@ def _check_integer_operand(chk: Check, name: str, operand: object) -> None:
         check_bitvec_dtypes(chk, name, OPS["bitwise_and"], [(name, operand)])
     elif operand is not None and float(operand) != int(operand):  # type: ignore[arg-type]
         chk.fail(DtypeError, name, f"{operand} is not an integer, as a bitvec operator requires")
-    elif operand is not None and not -(2**31) <= int(operand) < 2**32:  # type: ignore[arg-type]
-        chk.fail(OperandError, name, f"{int(operand)} does not fit the 32 bits a bitvec operator works on")  # type: ignore[arg-type]
+    elif operand is not None and not -(2**31) <= (bits := int(operand)) < 2**32:  # type: ignore[arg-type]
+        chk.fail(OperandError, name, f"{bits} does not fit the 32 bits a bitvec operator works on")
 
 
 def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> Cost:

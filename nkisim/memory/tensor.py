@@ -169,11 +169,9 @@ class Tensor:
         the new shape must be expressible as a view (no copy) of each partition's bytes.
         """
         self.raise_defect()
-        if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        if is_int(shape):
             shape = (shape,)  # numpy's reshape(n)
-        if not isinstance(shape, (tuple, list)) or not all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in shape
-        ):
+        if not isinstance(shape, (tuple, list)) or not all(is_int(s) and s >= 0 for s in shape):
             inferred = isinstance(shape, (tuple, list)) and -1 in shape
             raise OperandError(
                 f"{self.name}.reshape: shape {shape!r} must be a tuple of integers of at least 0"

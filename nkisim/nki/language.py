@@ -19,6 +19,7 @@ from nkisim.hw import load_target
 from nkisim.isa.registers import VirtualRegister
 from nkisim.memory import Buffer, DynSlice, Tensor, cast, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
+from nkisim.memory.pattern import is_int
 
 # -- data types -----------------------------------------------------------------------
 bool_ = NKI_DTYPES["bool_"]
@@ -260,7 +261,7 @@ def _python_range(name: str, start: Any, stop: Any, step: Any, loc: SourceLoc) -
     """``range(start, stop, step)``, its bounds checked: integers known while tracing, and a step other than 0."""
     bounds = {"stop": start} if stop is None else {"start": start, "stop": stop}
     for what, value in (*bounds.items(), ("step", step)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             hint = " (a quotient: write n // d, not n / d)" if isinstance(value, (float, np.floating)) else ""
             raise OperandError(
                 f"nl.{name}: {what} {value!r} must be an integer known while tracing, not {type(value).__name__}{hint}",
