@@ -381,3 +381,82 @@ def test_the_available_memory_is_the_least_of_the_machines_and_the_cgroups(monke
 def test_a_helper_given_an_axis_or_shape_of_another_kind_names_it(body, marker, rule):
     with pytest.raises(OperandError, match=at(marker) + rule):
         nkisim.run(_helper_kernel(body), [np.ones((8, 16), np.float32)])
+
+
+# -- text where a number is meant, a missing dtype, ranks, a compiled program's inputs ---------
+
+
+@pytest.mark.parametrize(
+    ("call", "marker", "operand", "text"),
+    [
+        (
+            lambda t: nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0="3"),  # @operand0
+            "operand0",
+            "operand0",
+            "'3'",
+        ),
+        (
+            lambda t: nisa.tensor_scalar(dst=t, data=t, op0=nl.subtract, operand0=1.0, reverse0="no"),  # @reverse0
+            "reverse0",
+            "reverse0",
+            "'no'",
+        ),
+        (lambda t: nisa.memset(dst=t, value="1"), "memset-text", "value", "'1'"),  # @memset-text
+        (lambda t: nisa.iota(dst=t, pattern=[[1, "8"]], offset=0), "iota", "pattern", "[[1, '8']]"),  # @iota
+    ],
+)
+def test_text_for_a_number_or_a_bool_is_refused_not_read_as_one(call, marker, operand, text):
+    """pydantic alone would read "3" as 3 and "no" as False: a kernel that passes text has a slip to show."""
+
+    @nki.jit
+    def kernel(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        call(t)
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    rule = rf"nisa\.\w+ \[trn\d\]: {operand} got \w+ {re.escape(text)}: text where a number or a bool is required"
+    with pytest.raises(OperandError, match=at(marker) + rule):
+        nkisim.run(kernel, [np.ones((128, 8), np.float32)])
+
+
+def test_the_numbers_only_fields_are_those_of_number_and_bool_types():
+    from nkisim.isa import REGISTRY
+
+    assert REGISTRY["tensor_scalar"].operands.number_fields == {"operand0", "operand1", "reverse0", "reverse1"}
+    matmul = REGISTRY["nc_matmul"].operands.number_fields
+    assert {"is_transpose", "accumulate", "tile_position"} <= matmul
+    assert "name" not in matmul and "perf_mode" not in matmul  # text, and an enum NKI names by its value's text
+    assert REGISTRY["dma_copy"].operands.number_fields.isdisjoint({"dge_mode", "dst", "src"})
+
+
+def test_a_missing_dtype_is_named_not_taken_for_float64():
+    @nki.jit
+    def kernel(a):
+        nl.ndarray(a.shape, dtype=None, buffer=nl.sbuf)  # @dtype-none
+        return a
+
+    with pytest.raises(nkisim.DtypeError, match=at("dtype-none") + r"nl\.ndarray: a dtype is required, got None$"):
+        nkisim.run(kernel, [np.ones((2, 2), np.float32)])
+
+
+@pytest.mark.parametrize(("ranks", "error"), [(0, ValueError), (-2, ValueError), (1.0, TypeError), (True, TypeError)])
+def test_ranks_out_of_range_is_a_value_error_and_of_another_kind_a_type_error(ranks, error):
+    @nki.jit
+    def kernel(a):
+        return a
+
+    with pytest.raises(error, match=r"^nkisim\.run: ranks must be a positive integer \(or None\), got "):
+        nkisim.run(kernel, [[np.ones((2, 2), np.float32)]], ranks=ranks)
+
+
+def test_a_compiled_program_called_with_none_says_what_inputs_are():
+    @nki.jit
+    def kernel(a):
+        return a
+
+    prog = nkisim.compile(kernel, [np.ones((2, 2), np.float32)])
+    with pytest.raises(TypeError, match=r"^the compiled program: inputs must be a list .* got NoneType None"):
+        prog(None)

@@ -37,6 +37,7 @@ from nkisim.frontend.jit import (
     run,
 )
 from nkisim.frontend.legacy_launch import LegacyKernel
+from nkisim.frontend.validate import check_inputs
 from nkisim.hw import HwConfig
 from nkisim.memory import dtype_name, to_dtype
 from nkisim.report import Profile
@@ -193,6 +194,7 @@ def compile(
 
 def _signature_of(kernel: Kernel, inputs: Any, entry: str) -> tuple[list[tuple[str, Entry]], list[np.ndarray]]:
     """The signature of ``inputs`` bound to ``kernel``, and its arrays in the order a run places them in HBM."""
+    check_inputs(entry, inputs)
     args, kwargs = _split(inputs)
     try:
         bound = inspect.signature(kernel.func).bind(*args, **kwargs)

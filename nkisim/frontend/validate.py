@@ -67,8 +67,10 @@ def check_inputs(entry: str, inputs: object) -> None:
 
 def check_rank_inputs(entry: str, inputs: object, ranks: object) -> None:
     """With ``ranks=N``: ``N`` a positive integer and ``inputs`` a sequence of ``N`` inputs, one per rank."""
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+    if isinstance(ranks, bool) or not isinstance(ranks, int):
         raise TypeError(f"{entry}: ranks must be a positive integer (or None), got {ranks!r:.60}")
+    if ranks < 1:
+        raise ValueError(f"{entry}: ranks must be a positive integer (or None), got {ranks}")
     if isinstance(inputs, (str, bytes, Mapping, np.ndarray)) or not isinstance(inputs, Sequence):
         raise TypeError(
             f"{entry}: with ranks={ranks}, inputs must be a list of {ranks} inputs (one list or dict of the "

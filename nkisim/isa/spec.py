@@ -22,7 +22,8 @@ from enum import Enum
 from typing import Annotated, Any, ClassVar, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from nkisim.errors import KernelError, SourceLoc, TargetError
 from nkisim.hw import Engine, HwConfig
@@ -62,6 +63,16 @@ class Operands(BaseModel):
     name: str | None = None
     #: (field, access) pairs for the tensor fields, filled in by :func:`instruction`.
     tensor_fields: ClassVar[tuple[tuple[str, Access], ...]] = ()
+    #: The fields that take numbers or bools and no text, filled in by :func:`instruction`.
+    number_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_text_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """Refuse text where a number or bool is meant: pydantic would read ``"3"`` as 3 and ``"no"`` as False."""
+        if info.field_name in cls.number_fields and _holds_text(value):
+            raise PydanticCustomError("text_for_number", "text where a number or a bool is required")
+        return value
 
     def accessed(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
         """The tensors read and written, each with its argument name (``srcs[1]`` for one of a list)."""
@@ -296,6 +307,7 @@ def instruction(
         if name in table:
             raise ValueError(f"instruction {name} is registered twice")
         operands.tensor_fields = _tensor_fields(operands)
+        operands.number_fields = _number_fields(operands)
         table[name] = InstructionSpec(
             name=name,
             operands=operands,
@@ -340,6 +352,38 @@ def require(chk: Check, capability: str, operand: str, rule: str) -> None:
     """Fail with ``rule`` (a :class:`TargetError`, naming ``capability``) unless the target has ``capability``."""
     if not getattr(chk.hw.capabilities, capability):
         chk.fail(TargetError, operand, f"{rule} (capability {capability})")
+
+
+def _number_fields(model: type[Operands]) -> frozenset[str]:
+    """The fields whose type holds int, float or bool (in a union or a container) and neither text nor an enum."""
+    numbers = []
+    for fname, info in model.model_fields.items():
+        kinds = _leaf_types(info.annotation)
+        if kinds & {int, float, bool} and not kinds & {str, Any} and not any(_is_enum(k) for k in kinds):
+            numbers.append(fname)
+    return frozenset(numbers)
+
+
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The plain types an annotation is made of, through ``Annotated``, unions and containers' items."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is None or not args:
+        return {annotation}
+    leaves: set[Any] = set()
+    for arg in args[:1] if typing.get_origin(annotation) is Annotated else args:
+        if arg is not Ellipsis:
+            leaves |= _leaf_types(arg)
+    return leaves
+
+
+def _is_enum(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, Enum)
+
+
+def _holds_text(value: Any) -> bool:
+    if isinstance(value, (str, bytes)):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds_text(v) for v in value)
 
 
 def _tensor_fields(model: type[Operands]) -> tuple[tuple[str, Access], ...]:

@@ -71,6 +71,8 @@ def to_dtype(value: Any) -> np.dtype:
     # the usual case, an ``nl`` constant (dtype equality ignores metadata: tfloat32 == float32, hence the test)
     if isinstance(value, np.dtype) and not value.metadata and value in _SUPPORTED:
         return value
+    if value is None:  # np.dtype(None) would be float64
+        raise TypeError("a dtype is required, got None")
     if isinstance(value, str) or type(value).__module__ == "torch":
         name = str(value).removeprefix("torch.")
         if name not in _BY_NAME:
