@@ -212,11 +212,17 @@ def _accumulate(dst: Tensor, product: np.ndarray, accumulate: bool | None = None
     owners = np.ndarray(dst.shape, np.int32, owners_storage, dst.byte_offset * 2, _owner_strides(dst))
     product = product.reshape(dst.shape)
     mark = storage.acc_mark(dst.uid)
+    written = (dst.byte_offset, dst.array.shape, dst.array.strides, mark)
     if dst.array.ndim == 2 and dst.dtype == _FP32 and not is_tfloat32(dst.dtype) and product.dtype == _FP32:
+        if storage.acc_known == written and accumulate is not False:
+            # this view's marks are all its own (its previous matmul wrote them): add, without reading the marks
+            np.add(dst.array, product, out=dst.array)
+            return
         mode = _INFER if accumulate is None else _ADD if accumulate else _OVERWRITE
         accumulate_f32(dst.array, owners, product, mark, mode)
-        return
-    accumulate_reference(dst.array, owners, product, mark, accumulate)
+    else:
+        accumulate_reference(dst.array, owners, product, mark, accumulate)
+    storage.acc_known = written
 
 
 _INFER, _ADD, _OVERWRITE = 0, 1, 2

@@ -58,7 +58,18 @@ _storage_ids = itertools.count()
 class Storage:
     """A block of real bytes laid out as ``rows x row_bytes`` (rows are partitions on chip)."""
 
-    __slots__ = ("_acc_marks", "acc_flags", "address", "base_address", "bytes", "kind", "row_bytes", "rows", "uid")
+    __slots__ = (
+        "_acc_marks",
+        "acc_flags",
+        "acc_known",
+        "address",
+        "base_address",
+        "bytes",
+        "kind",
+        "row_bytes",
+        "rows",
+        "uid",
+    )
 
     def __init__(self, kind: str, rows: int, row_bytes: int, base_address: int = 0) -> None:
         self.kind = kind
@@ -74,6 +85,9 @@ class Storage:
         #: reads and writes the marks of all its elements, and one int64 per byte moved eight times the values' bytes.
         self.acc_flags = np.zeros((rows, -(-row_bytes // 2)), dtype=np.int32) if kind == "psum" else None
         self._acc_marks: dict[int, int] = {}
+        #: The PSUM view the latest matmul wrote, as (byte offset, shape, strides, mark): all its marks hold that mark
+        #: until another matmul writes this storage or a replay clears the marks (None: nothing known).
+        self.acc_known: tuple[object, ...] | None = None
 
     def acc_mark(self, uid: int) -> int:
         """The number (1, 2, ...) that marks the bytes tile ``uid``'s matmuls wrote in :attr:`acc_flags`.

@@ -42,7 +42,7 @@ from nkisim.errors import Diagnostic, SourceLoc
 from nkisim.hw import HwConfig
 from nkisim.isa import EngineState, InstructionSpec
 from nkisim.isa.registers import VirtualRegister
-from nkisim.memory import Tensor
+from nkisim.memory import Storage, Tensor
 from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
 from nkisim.sim.checks import Checker, Findings
@@ -77,6 +77,8 @@ class Recorder:
         self.initial_state: EngineState | None = None
         #: PSUM accumulation marks under every PSUM tile, by rectangle: reset before each replay.
         self.psum_marks: dict[tuple[int, int, int, int, int], np.ndarray] = {}
+        #: The storages those marks are in, by uid (a replay forgets what they knew of their marks).
+        self.psum_storages: dict[int, Storage] = {}
         #: The checker the replay's findings go to, made again by each replay (None: no sanitizer).
         self.checker: Checker | None = None
         #: Each sequencer register the program uses, with its bits when first used: set again before each replay.
@@ -138,6 +140,7 @@ class Recorder:
         key = (r.storage.uid, r.r0, r.r1, r.b0, r.b1)
         if key not in self.psum_marks:
             self.psum_marks[key] = marks[r.r0 : r.r1, r.b0 // 2 : -(-r.b1 // 2)]  # a mark per two bytes
+            self.psum_storages[r.storage.uid] = r.storage
 
     def stored(self, array: np.ndarray, value: Any) -> None:
         """``array[...] = value`` outside an instruction."""
@@ -175,6 +178,7 @@ class Program:
         self._tails = recorder.tails
         self._inputs = recorder.inputs
         self._marks = list(recorder.psum_marks.values())
+        self._psum_storages = list(recorder.psum_storages.values())
         self._registers = list(recorder.registers.values())
         self._state = machine.state
         self._initial_state = recorder.initial_state
@@ -197,6 +201,8 @@ class Program:
             state.__dict__.update(_copy_state(self._initial_state).__dict__)
             for marks in self._marks:
                 marks.fill(0)
+            for storage in self._psum_storages:
+                storage.acc_known = None
             for register, bits in self._registers:
                 register._bits = bits
             for view, values in zip(self._inputs, inputs):
