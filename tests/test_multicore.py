@@ -8,6 +8,7 @@ sendrecv starts when the later core arrives.
 from __future__ import annotations
 
 import json
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -462,3 +463,56 @@ def test_profile_from_shapes_matches_the_run(tmp_path):
     assert {"core0 Vector", "core1 Vector"} <= names
     ran.to_html(tmp_path / "trace.html")
     assert ran.table()
+
+
+# -- how the programs take turns ----------------------------------------------------------
+
+
+def test_programs_take_turns_after_every_instruction_in_the_callers_thread():
+    """Program 0 starts; the turn passes after each instruction, round robin; no thread is started."""
+    seen = []
+
+    def body(pid):
+        t = tile((4, 4))
+        for step in range(3):
+            seen.append((pid, step, threading.get_ident()))
+            nisa.memset(dst=t, value=float(step))
+
+    threads_before = threading.active_count()
+    lnc2(body)
+    assert [(pid, step) for pid, step, _ in seen] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    assert {ident for *_, ident in seen} == {threading.get_ident()}
+    assert threading.active_count() == threads_before
+
+
+def test_a_program_unwound_after_the_others_error_runs_its_finally_blocks():
+    unwound = []
+
+    def body(pid):
+        t = tile((4, 4))
+        try:
+            nisa.memset(dst=t, value=0.0)
+            if pid == 1:
+                nisa.tensor_tensor(dst=t, data1=t, data2=tile((4, 5)), op=nl.add)
+            nisa.memset(dst=t, value=1.0)
+        finally:
+            unwound.append(pid)
+
+    with pytest.raises(ShapeError):
+        lnc2(body)
+    assert sorted(unwound) == [0, 1]
+
+
+def test_launches_from_several_threads_at_once_match_one_alone():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(11)
+    cases = [(rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32))]
+    cases *= 6
+    alone = nkisim.run(add_halves[2], list(cases[0]), target="trn2")
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda ab: nkisim.run(add_halves[2], list(ab), target="trn2"), cases))
+    for result in results:
+        np.testing.assert_array_equal(result.outputs, cases[0][0] + cases[0][1])
+        assert result.profile.total_ns == alone.profile.total_ns
+        assert list(result.profile.timeline.end_ns) == list(alone.profile.timeline.end_ns)

@@ -1,15 +1,17 @@
 """Multi-program launches: the cores of an LNC=2 launch (``kernel[2]``) and the ranks of a replica group.
 
-A kernel is Python code, so each program is traced by running it: each runs in its own
-thread, on its own :class:`~nkisim.sim.machine.Machine` (its own SBUF, PSUM, private HBM,
-engines and timeline). Only one thread runs at a time: after each instruction the machine
-gives the turn to the next program that can run (:meth:`Peer.yield_turn`, round robin in
-program order), so the programs advance together in program order, as cores running the
-same kernel do. At a synchronisation point (an instruction spec with a ``synchronise``
-hook: ``nisa.core_barrier``, ``nisa.sendrecv``, the ``nki.collectives`` instructions) a
-program waits until every program of its group reaches the matching point; they then
-exchange what they bring (arrival times, data). The order is deterministic: program 0
-always starts, and turns pass in a fixed order.
+A kernel is Python code, so each program is traced by running it: each runs as its own
+greenlet (a coroutine with its own stack, in the caller's thread), on its own
+:class:`~nkisim.sim.machine.Machine` (its own SBUF, PSUM, private HBM, engines and timeline).
+One program runs at a time: after each instruction the machine gives the turn to the next
+program that can run (:meth:`Peer.yield_turn`, round robin in program order), so the programs
+advance together in program order, as cores running the same kernel do. Passing the turn is a
+switch of stacks (well under a microsecond), not of threads (tens of microseconds through the
+operating system), and a launch starts no threads. At a synchronisation point (an instruction
+spec with a ``synchronise`` hook: ``nisa.core_barrier``, ``nisa.sendrecv``, the
+``nki.collectives`` instructions) a program waits until every program of its group reaches
+the matching point; they then exchange what they bring (arrival times, data). The order is
+deterministic: program 0 always starts, and turns pass in a fixed order.
 
 A launch runs ``ranks x cores`` programs: program ``rank * cores + core`` is core ``core``
 of rank ``rank`` (a rank is one logical NeuronCore of ``cores`` physical ones). The cores of
@@ -25,12 +27,12 @@ and private HBM are per program; nothing is shared between ranks but what collec
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from greenlet import greenlet
 
 from nkisim.errors import KernelError, ShapeError, SourceLoc
 from nkisim.hw import HwConfig
@@ -64,14 +66,13 @@ class Launch:
         self.ranks = programs // cores
         self.returns: list[Any] = [None] * programs
         self.error: BaseException | None = None
-        # one lock; a condition per program, so that passing the turn wakes only the program that takes it
-        self._lock = threading.Lock()
-        self._conds = [threading.Condition(self._lock) for _ in range(programs)]
         self._turn = 0
         self._finished = [False] * programs
+        self._unfinished = programs
         self._waiting: dict[int, _Pending] = {}
         self._results: dict[int, list[Any]] = {}
         self._shared: dict[int, list[Tensor]] = {}
+        self._dispatcher: greenlet | None = None
 
     def describe(self, pid: int) -> str:
         """``program 1`` in an LNC launch of one rank, else ``rank 2`` (or ``rank 2 core 1``)."""
@@ -83,51 +84,53 @@ class Launch:
     # -- running ------------------------------------------------------------------------
 
     def run(self, bodies: list[Callable[[], Any]]) -> list[Any]:
-        """Run one body per program to completion; re-raise the first error of any."""
-        threads = [
-            threading.Thread(target=self._program, args=(pid, body), name=f"nkisim-program{pid}", daemon=True)
-            for pid, body in enumerate(bodies)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        """Run one body per program to completion; re-raise the first error of any.
+
+        The calling greenlet dispatches: it switches to the program whose turn it is, which runs
+        until it passes the turn (or waits, or returns) and switches back. A new greenlet starts
+        with an empty ``contextvars`` context, as a new thread does.
+        """
+        self._dispatcher = greenlet.getcurrent()
+        programs = [greenlet(self._program(pid, body)) for pid, body in enumerate(bodies)]
+        while self.error is None and self._unfinished:
+            programs[self._turn].switch()
+        for program in programs:  # after an error: unwind the programs that started (their finally blocks run)
+            if program and not program.dead:
+                program.throw(_Aborted)
         if self.error is not None:
             raise self.error
         return self.returns
 
-    def _program(self, pid: int, body: Callable[[], Any]) -> None:
-        try:
-            with self._lock:
-                self._conds[pid].wait_for(lambda: self._turn == pid or self.error is not None)
-                if self.error is not None:
-                    return
-            self.returns[pid] = body()
-        except _Aborted:
-            pass
-        except BaseException as exc:  # re-raised by the launching thread
-            with self._lock:
+    def _program(self, pid: int, body: Callable[[], Any]) -> Callable[[], None]:
+        def program() -> None:
+            try:
+                self.returns[pid] = body()
+            except _Aborted:
+                return
+            except BaseException as exc:  # re-raised by the dispatcher
                 if self.error is None:
                     self.error = exc
-                self._wake_all()
-        finally:
             self._finish(pid)
 
-    def _wake_all(self) -> None:
-        for cond in self._conds:
-            cond.notify_all()
+        return program
+
+    def _switch_away(self) -> None:
+        """Hand control to the dispatcher until this program's turn comes again; unwind if another failed."""
+        assert self._dispatcher is not None
+        self._dispatcher.switch()
+        self._check()
 
     def _finish(self, pid: int) -> None:
-        with self._lock:
-            self._finished[pid] = True
-            for waiter, pending in self._waiting.items():
-                if pid in pending.group and self.error is None:
-                    self.error = KernelError(
-                        f"{_describe(pending.key)} in {self.describe(waiter)} waits for {self.describe(pid)}, "
-                        "which returned without reaching it",
-                        loc=pending.loc,
-                    )
-            self._pass_turn(pid)
+        self._finished[pid] = True
+        self._unfinished -= 1
+        for waiter, pending in self._waiting.items():
+            if pid in pending.group and self.error is None:
+                self.error = KernelError(
+                    f"{_describe(pending.key)} in {self.describe(waiter)} waits for {self.describe(pid)}, "
+                    "which returned without reaching it",
+                    loc=pending.loc,
+                )
+        self._pass_turn(pid)
 
     def _runnable(self, pid: int) -> bool:
         return not self._finished[pid] and pid not in self._waiting
@@ -145,7 +148,6 @@ class Launch:
         other = self._next_runnable(pid)
         if other is not None:
             self._turn = other
-            self._conds[other].notify()
         elif self._waiting and self.error is None:
             waits = "; ".join(
                 f"{self.describe(w)} at {_describe(p.key)} ({p.loc})" for w, p in sorted(self._waiting.items())
@@ -155,8 +157,6 @@ class Launch:
                 f"every program waits and none can go on, the programs would deadlock: {waits}",
                 loc=self._waiting[first].loc,
             )
-        if self.error is not None:
-            self._wake_all()
 
     def _check(self) -> None:
         if self.error is not None:
@@ -164,15 +164,12 @@ class Launch:
 
     def yield_turn(self, pid: int) -> None:
         """Let the next program that can run take its turn (one instruction at least), then continue."""
-        with self._lock:
-            self._check()
-            other = self._next_runnable(pid)
-            if other is None:
-                return
-            self._turn = other
-            self._conds[other].notify()
-            self._conds[pid].wait_for(lambda: self._turn == pid or self.error is not None)
-            self._check()
+        self._check()
+        other = self._next_runnable(pid)
+        if other is None:
+            return
+        self._turn = other
+        self._switch_away()
 
     def exchange(
         self, pid: int, group: tuple[int, ...], key: tuple[Any, ...], payload: Any, loc: SourceLoc | None
@@ -183,52 +180,50 @@ class Launch:
             KernelError: another program of the group waits at a different point, or has returned,
                 or every program waits (a deadlock).
         """
-        with self._lock:
-            self._check()
-            here = _Pending(group, key, payload, loc)
-            arrived = {pid: here}
-            for other in group:
-                if other == pid:
-                    continue
-                pending = self._waiting.get(other)
-                if pending is not None and pending.group == group:
-                    if pending.key != key:
-                        raise KernelError(
-                            f"{self.describe(pid)} reached {_describe(key)} while {self.describe(other)} waits at "
-                            f"{_describe(pending.key)} ({pending.loc}): the programs would deadlock",
-                            loc=loc,
-                        )
-                    arrived[other] = pending
-                elif self._finished[other]:
+        self._check()
+        here = _Pending(group, key, payload, loc)
+        arrived = {pid: here}
+        for other in group:
+            if other == pid:
+                continue
+            pending = self._waiting.get(other)
+            if pending is not None and pending.group == group:
+                if pending.key != key:
                     raise KernelError(
-                        f"{self.describe(pid)} reached {_describe(key)} but {self.describe(other)} returned "
-                        "without reaching it",
+                        f"{self.describe(pid)} reached {_describe(key)} while {self.describe(other)} waits at "
+                        f"{_describe(pending.key)} ({pending.loc}): the programs would deadlock",
                         loc=loc,
                     )
-            if len(arrived) == len(group):
-                payloads = [arrived[member].payload for member in group]
-                for member in group:
-                    if member != pid:
-                        del self._waiting[member]
-                        self._results[member] = payloads
-                return payloads
-            self._waiting[pid] = here
-            self._pass_turn(pid)
-            self._conds[pid].wait_for(lambda: (pid in self._results and self._turn == pid) or self.error is not None)
-            self._check()
-            return self._results.pop(pid)
+                arrived[other] = pending
+            elif self._finished[other]:
+                raise KernelError(
+                    f"{self.describe(pid)} reached {_describe(key)} but {self.describe(other)} returned "
+                    "without reaching it",
+                    loc=loc,
+                )
+        if len(arrived) == len(group):
+            payloads = [arrived[member].payload for member in group]
+            for member in group:
+                if member != pid:
+                    del self._waiting[member]
+                    self._results[member] = payloads
+            return payloads
+        self._waiting[pid] = here
+        self._pass_turn(pid)
+        while pid not in self._results:  # the turn comes back only once the group has met (or on an error)
+            self._switch_away()
+        return self._results.pop(pid)
 
     # -- shared HBM ---------------------------------------------------------------------
 
     def shared_tensor(self, rank: int, index: int, make: Callable[[], Tensor]) -> Tensor:
         """Rank ``rank``'s ``index``-th shared HBM tensor: made by the first of its cores to allocate it."""
-        with self._lock:
-            shared = self._shared.setdefault(rank, [])
-            if index < len(shared):
-                return shared[index]
-            tensor = make()
-            shared.append(tensor)
-            return tensor
+        shared = self._shared.setdefault(rank, [])
+        if index < len(shared):
+            return shared[index]
+        tensor = make()
+        shared.append(tensor)
+        return tensor
 
 
 def _describe(key: tuple[Any, ...]) -> str:
