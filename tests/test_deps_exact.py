@@ -170,6 +170,7 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
             if dirty:
                 tracker._ends[tracker._used :] = 1e9
                 tracker._codes[tracker._used :] = 1  # "written by instruction 0", were it read
+                _dirty_uncleared_columns(tracker)
             reads = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=3))
             writes = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=2))
             track = data.draw(st.integers(0, 3))
@@ -179,6 +180,33 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
             free[track] = end
             tracker.commit(reads, writes, end, index, track, end + 7.0)
             reference.commit(reads, writes, end, index, track, end + 7.0)
+
+
+def _dirty_uncleared_columns(tracker: AccessTracker) -> None:
+    """Garbage in every grid's columns not cleared yet (grids are cleared a prefix of columns at a time)."""
+    for g, done in enumerate(tracker._cleared):
+        offset, rows, cols = (int(v) for v in tracker._grids[g, :3])
+        for first in (offset, offset + rows * cols):
+            tracker._ends[first + done * rows : first + cols * rows] = 1e9
+            tracker._codes[first + done * rows : first + cols * rows] = 1
+
+
+def test_a_grid_is_cleared_a_prefix_of_columns_at_a_time_as_regions_reach_them():
+    """A region far into a storage clears the columns below it; untouched columns may hold anything."""
+    wide = Storage("sbuf", 4, 64 * 512)  # 512 cells a row
+    tracker = AccessTracker(SYNC)
+    tracker.commit([], [Region(wide, 0, 4, 0, 64)], 5.0, 0, 0)
+    g = tracker._grid_of[wide.uid]
+    assert tracker._cleared[g] == 64  # at least 64 columns at once
+    _dirty_uncleared_columns(tracker)
+    far = Region(wide, 0, 4, 64 * 300, 64 * 301)
+    assert tracker.ready([far], [], 0) == (0.0, -1)  # cleared before it is read: no record of instruction 0
+    assert tracker._cleared[g] == 301
+    assert tracker.ready([], [Region(wide, 0, 4, 0, 64 * 301)], 1) == (5.0 + SYNC, 0)
+    everything = Region(wide, 0, 4, 0, 64 * 512)
+    tracker.commit([], [everything], 9.0, 1, 0)
+    assert tracker._cleared[g] == 512 and tracker._cleared_bytes[g] > 64 * 512
+    assert tracker.ready([everything], [], 0) == (9.0, 1)
 
 
 def test_a_storage_met_after_the_arena_held_other_values_starts_with_no_records():

@@ -49,6 +49,9 @@ SHORT_COLUMN = 8
 #: Bytes per cell on chip.
 ON_CHIP_GRANULE = 64
 
+#: The cleared bytes of a grid cleared whole: any region's end is below it.
+_ALL_BYTES = 1 << 62
+
 # return codes of _assign
 _DONE, _NEEDS_SLOTS, _NEEDS_LONGER = 0, 1, 2
 
@@ -491,6 +494,9 @@ class AccessTracker:
     def __init__(self, sync_ns: float) -> None:
         self.sync_ns = sync_ns
         self._grid_of: dict[int, int] = {}  # storage uid -> row of _grids
+        #: Per grid, the columns cleared so far (a prefix), and the bytes of a row they cover.
+        self._cleared: list[int] = []
+        self._cleared_bytes: list[int] = []
         #: The kind of each grid's storage (``sbuf``, ``psum``, ``hbm``...), by row of _grids.
         self.kinds: list[str] = []
         self._grids = np.zeros((8, 5), dtype=np.int64)
@@ -515,19 +521,37 @@ class AccessTracker:
         if self._used + size > len(self._ends):
             # A large first capacity spares most kernels the copy (and its transient peak) of growing. It is left
             # uncleared: np.zeros would clear all of it in every run but a process's first (the C library reuses
-            # freed blocks of up to 32 MiB), and only the cells of a grid are ever read, each cleared as it is made.
+            # freed blocks of up to 32 MiB), and only the cells regions touch are ever read, which are cleared
+            # first, a prefix of columns at a time (_clear_columns).
             capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
             ends, codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
             ends[: self._used] = self._ends[: self._used]
             codes[: self._used] = self._codes[: self._used]
             self._ends, self._codes = ends, codes
-        self._ends[self._used : self._used + size] = 0.0
-        self._codes[self._used : self._used + size] = 0
         self._grids[g] = (self._used, rows, cols, granule, row_bytes)
         self._used += size
         self._grid_of[storage.uid] = g
         self.kinds.append(storage.kind)
+        self._cleared.append(0)
+        self._cleared_bytes.append(0)
         return g
+
+    def _clear_columns(self, g: int, b1: int) -> None:
+        """Clear grid ``g``'s cells (both maps) up to the column of byte ``b1`` and beyond, at least doubling.
+
+        Only cells a region has touched are ever read, and a region's cells lie in the columns below its end;
+        so a grid is cleared as a growing prefix of columns rather than whole when made (SBUF's maps are 9 MiB,
+        most of a small kernel's run, first touches of fresh pages included).
+        """
+        offset, rows, cols, granule, row_bytes = (int(v) for v in self._grids[g])
+        done = self._cleared[g]
+        need = -(-min(b1, row_bytes) // granule)
+        upto = min(cols, max(need, 2 * done, 64))
+        for first in (offset, offset + rows * cols):  # the write map, then the read map
+            self._ends[first + done * rows : first + upto * rows] = 0.0
+            self._codes[first + done * rows : first + upto * rows] = 0
+        self._cleared[g] = upto
+        self._cleared_bytes[g] = _ALL_BYTES if upto == cols else upto * granule
 
     def _write_regions(self, reads: list[Region], writes: list[Region]) -> None:
         """Write the regions to :attr:`_regions` (reads first), unless these very lists are there already."""
@@ -549,6 +573,8 @@ class AccessTracker:
         g = self._grid_of.get(region.storage.uid)
         if g is None:
             g = self._add_grid(region.storage)
+        if region.b1 > self._cleared_bytes[g]:
+            self._clear_columns(g, region.b1)
         return (g, region.r0, region.r1, region.b0, region.b1)
 
     def reserve(self, instructions: int) -> None:
