@@ -21,6 +21,21 @@ def _staged(values: np.ndarray, like: Tensor) -> Tensor:
     return Tensor(values, like.dtype, like.buffer, like.name, like.storage, None)
 
 
+def _resolved(t: Tensor) -> Tensor:
+    """A ``scalar_offset`` view of an HBM tensor that lies in bounds, as the static view at the offset's value.
+
+    Its elements are those :meth:`DynamicTensor.addresses` names (the flat allocation at the offset plus
+    the pattern's steps), read through one strided view instead of gathered element by element. Anything
+    else is returned as it is: views that leave the allocation (``oob_mode`` decides per row), row gathers
+    by ``vector_offset``, and on-chip views.
+    """
+    if isinstance(t, DynamicTensor) and t._vector is None and not t._layout.on_chip:
+        static = t.at_current_offset()
+        if static is not None:
+            return static
+    return t
+
+
 def _read(t: Tensor, skip_oob: bool, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Values (a copy), per-element in-bounds mask, and flat addresses (dynamic views only)."""
     if not isinstance(t, DynamicTensor):
@@ -38,7 +53,7 @@ def gather(src: Tensor, skip_oob: bool) -> tuple[np.ndarray, np.ndarray]:
 
     Out-of-bounds rows raise :class:`BoundsError` unless ``skip_oob`` (then their mask is False).
     """
-    values, ok, _ = _read(src, skip_oob, "src")
+    values, ok, _ = _read(_resolved(src), skip_oob, "src")
     return values, ok
 
 
@@ -51,6 +66,7 @@ def apply_dynamic(dst: Tensor, src: Tensor, skip_oob: bool, body: Callable[[Tens
     (their destination elements keep their values). Scattered writes to one address
     apply in order, so with ``dst_rmw_op`` repeated indices accumulate.
     """
+    src = _resolved(src)  # a read only: a strided destination could name one address twice
     if not (dst.is_dynamic or src.is_dynamic):
         body(dst, src)
         return

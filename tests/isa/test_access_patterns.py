@@ -195,6 +195,52 @@ def test_scalar_offset_tile_selects_rows_at_run_time(rows, cols, data, target, s
     np.testing.assert_array_equal(got, a[start : start + n])
 
 
+@FAST
+@given(
+    rows=st.integers(1, 24),
+    cols=st.integers(1, 40),
+    data=st.data(),
+    accumulate=st.booleans(),
+    target=targets,
+    seed=seeds,
+)
+def test_scalar_offset_hbm_patterns_read_the_flattened_tensor_or_skip_rows_outside(
+    rows, cols, data, accumulate, target, seed
+):
+    """Any pattern (negative and zero steps too) at any run-time offset, in bounds or not: oob_mode.skip drops
+    the rows outside; an accumulating copy (which needs oob_mode.error) raises for them."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((rows, cols)).astype(np.float32)
+    pattern, at = data.draw(hbm_patterns(rows * cols))
+    value = data.draw(st.integers(0, rows + 2))  # past the last row too: some or all of the view outside
+    offset = at - value * cols  # .ap's static offset; the run time adds value * cols (indirect_dim=0)
+    parts = pattern[0][1]
+    free = int(np.prod([n for _, n in pattern[1:]], dtype=np.int64))
+    start = rng.standard_normal((parts, free)).astype(np.float32)
+
+    def kernel(x, s, initial):
+        where = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=s)
+        tile = load(initial)
+        view = x.ap(pattern, offset=offset, scalar_offset=where, indirect_dim=0)
+        if accumulate:
+            nisa.dma_copy(dst=tile, src=view, dst_rmw_op=nl.add, oob_mode=nisa.oob_mode.error)
+        else:
+            nisa.dma_copy(dst=tile, src=view, oob_mode=nisa.oob_mode.skip)
+        return store(tile)
+
+    addresses = ref_addresses(pattern, offset + value * cols).reshape(parts, free)
+    inside = ((addresses >= 0) & (addresses < rows * cols)).all(axis=1, keepdims=True)
+    read = a.reshape(-1)[np.clip(addresses, 0, rows * cols - 1)]
+    inputs = [a, np.array([[value]], np.int32), start]
+    if accumulate and not inside.all():
+        with pytest.raises(BoundsError, match=f"scalar_offset {value}"):
+            run_kernel(kernel, inputs, target)
+        return
+    expected = np.where(inside, start + read if accumulate else read, start)
+    np.testing.assert_array_equal(run_kernel(kernel, inputs, target), expected)
+
+
 def test_scalar_offset_on_dim_1_moves_by_elements_and_works_on_chip():
     a = np.arange(6 * 20, dtype=np.float32).reshape(6, 20)
 
