@@ -15,7 +15,8 @@ called again with them: the recorded program replayed on the input values.
 
 Then the per-instruction figures: simulated instructions per second of small-tile
 kernels (``benchmarks/small_kernels.py``) in a full run, shapes-only, and replayed
-(``nkisim.compile``, same signature, with values), the
+(``nkisim.compile``, same signature, with values), the same for (c) launched on two
+NeuronCores (``kernel[2]`` on trn2, whose programs take turns after every instruction), the
 bytes a finished profile retains per instruction, and the bytes per instruction at the
 peak of a run (above the memory that does not grow with the instruction count).
 ``--tutorial`` adds the shapes-only profile of the matmul tutorial's [4096, 8192] @
@@ -139,6 +140,21 @@ def rates(name: str, kernel: Any, inputs: list[np.ndarray], repeat: int) -> None
     )
 
 
+def two_cores(name: str, kernel: Any, inputs: list[np.ndarray], repeat: int) -> None:
+    """Simulated instructions per second of an LNC=2 launch (``kernel[2]``, trn2), full and shapes-only.
+
+    Its two programs take turns after every instruction; a replay does not apply (two-core launches
+    are not recorded)."""
+    shapes = [(x.shape, x.dtype) for x in inputs]
+    full_s, result = median_time(lambda: nkisim.run(kernel[2], inputs, target="trn2"), repeat)
+    shape_s, _ = median_time(lambda: nkisim.profile(kernel[2], shapes, target="trn2"), repeat)
+    count = result.profile.instruction_count
+    print(
+        f"{name:<36}{count:>8}{full_s * 1e3:>10.1f}{count / full_s:>12,.0f}"
+        f"{shape_s * 1e3:>10.1f}{count / shape_s:>12,.0f}"
+    )
+
+
 def memory_per_instruction(kernel: Any, inputs: dict[str, Any], steps: tuple[int, int]) -> MemoryFigures:
     """Bytes per instruction a shapes-only profile retains once finished, and at its peak while running.
 
@@ -219,6 +235,7 @@ def main() -> None:
     rows = rng.standard_normal((1024, 64), dtype=np.float32)
     rates("(c) 2000 tensor_tensor", vector_chain, [x, y], args.repeat)
     rates("(d) DMA/Tensor/Vector/Scalar mix", engine_mix, [rows, x], args.repeat)
+    two_cores("(c) on two cores (kernel[2], trn2)", vector_chain, [x, y], args.repeat)
     tile = (TILE, "float32")
     mem = memory_per_instruction(vector_chain, {"a": tile, "b": tile}, (1000, 4000))
     print(
