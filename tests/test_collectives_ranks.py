@@ -421,3 +421,16 @@ def test_a_collective_returns_its_instruction_handle():
     x = np.ones((2, 2), np.float32)
     np.testing.assert_array_equal(nkisim.run(kernel, [x], target="trn2").outputs, x)
     assert repr(seen[0]).startswith("<NkiInstruction ncc.all_reduce #1 at test_collectives_ranks.py:")
+
+
+def test_ranks_waiting_in_groups_that_never_meet_are_a_deadlock_not_a_hang():
+    """Each rank names another pairing: rank 0 waits for 1, 1 for 2, 2 for 0, and none can go on."""
+    x = np.ones((4, 4), np.float32)
+    pairings = [[[0, 1], [2]], [[1, 2], [0]], [[0, 2], [1]]]
+    inputs = [[x, ReplicaGroup(pairing), nl.add] for pairing in pairings]
+    with pytest.raises(
+        KernelError,
+        match=r"every program waits and none can go on, the programs would deadlock: "
+        r"rank 0 at ncc\.all_reduce .*; rank 1 at ncc\.all_reduce .*; rank 2 at ncc\.all_reduce",
+    ):
+        nkisim.run(reduce_all, inputs, ranks=3, target="trn2")

@@ -516,3 +516,17 @@ def test_launches_from_several_threads_at_once_match_one_alone():
         np.testing.assert_array_equal(result.outputs, cases[0][0] + cases[0][1])
         assert result.profile.total_ns == alone.profile.total_ns
         assert list(result.profile.timeline.end_ns) == list(alone.profile.timeline.end_ns)
+
+
+def test_a_program_that_returns_while_program_0_waits_for_it_fails():
+    """Program 0 reaches the barrier first and waits; program 1 returns without it."""
+
+    def body(pid):
+        shared = nl.ndarray((2, 2), nl.float32, buffer=nl.shared_hbm)
+        if pid == 0:
+            nisa.core_barrier(shared, (0, 1))
+        else:
+            nisa.memset(dst=tile((2, 2)), value=0.0)
+
+    with pytest.raises(KernelError, match=r"nisa\.core_barrier in program 0 waits for program 1, which returned"):
+        lnc2(body)
