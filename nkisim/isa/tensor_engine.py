@@ -216,7 +216,7 @@ def _accumulate(dst: Tensor, product: np.ndarray, accumulate: bool | None = None
     if dst.array.ndim == 2 and dst.dtype == _FP32 and not is_tfloat32(dst.dtype) and product.dtype == _FP32:
         if storage.acc_known == written and accumulate is not False:
             # this view's marks are all its own (its previous matmul wrote them): add, without reading the marks
-            np.add(dst.array, product, out=dst.array)
+            add_f32(dst.array, product)
             return
         mode = _INFER if accumulate is None else _ADD if accumulate else _OVERWRITE
         accumulate_f32(dst.array, owners, product, mark, mode)
@@ -240,6 +240,16 @@ def accumulate_f32(dst: np.ndarray, owners: np.ndarray, product: np.ndarray, mar
             else:
                 dst[r, c] = product[r, c]
             owners[r, c] = mark
+
+
+@numba.njit(cache=True, nogil=True)
+def add_f32(dst: np.ndarray, product: np.ndarray) -> None:
+    """``dst += product`` as :func:`accumulate_f32` adds: the same bits (of two NaNs the accumulator's payload
+    stays, where numpy's loops may keep either), and no floating-point warnings."""
+    rows, cols = dst.shape
+    for r in range(rows):
+        for c in range(cols):
+            dst[r, c] = dst[r, c] + product[r, c]
 
 
 def accumulate_reference(

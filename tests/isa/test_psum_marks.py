@@ -8,7 +8,10 @@ exactly, so results are compared bit for bit, in a run and in replays of a compi
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,3 +85,35 @@ def test_matmul_writes_through_views_and_aliased_tiles_follow_the_owner_rule(ste
     for _ in range(2):  # replays start from cleared marks, whatever the compiling run left
         again = _inputs(rng, len(steps))
         assert_bits_equal(prog(list(again)).outputs, _expected(steps, *again))
+
+
+def _two_matmuls_into_one_tile(k, m, n):
+    @nki.jit
+    def kernel(first, second, moving):
+        acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=load(first), moving=load(moving))
+        nisa.nc_matmul(dst=acc, stationary=load(second), moving=load(moving))  # adds: the same view, its own marks
+        result = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=result, src=acc)
+        out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=result)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize(("m", "n"), [(1, 1), (4, 3), (8, 17), (128, 7), (16, 64)])
+def test_the_sum_of_two_nans_keeps_the_accumulators_payload_whatever_the_tile_shape(m, n):
+    """x86 addition of two NaNs returns the first operand's: the accumulator's, as a one-pass add gives it."""
+    first = np.full((1, m), 0x7FC00001, np.uint32).view(np.float32)
+    second = np.full((1, m), 0x7FC00002, np.uint32).view(np.float32)
+    out = nkisim.run(_two_matmuls_into_one_tile(1, m, n), [first, second, np.ones((1, n), np.float32)], check="off")
+    assert set(out.outputs.view(np.uint32).reshape(-1).tolist()) == {0x7FC00001}
+
+
+def test_an_accumulation_that_overflows_gives_infinity_without_a_warning():
+    stationary, moving = np.full((4, 4), 1e19, np.float32), np.full((4, 4), 0.5e19, np.float32)  # 2e38 per matmul
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = nkisim.run(_two_matmuls_into_one_tile(4, 4, 4), [stationary, stationary, moving], check="off")
+    assert np.isposinf(out.outputs).all()
