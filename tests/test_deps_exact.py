@@ -297,3 +297,17 @@ def test_slices_of_one_tile_at_byte_offsets(second_at: int, depends: bool):
     profile = nkisim.run(kernel, [np.ones((128, 512), np.float32)], target="trn2").profile
     first, second = (r for r in profile.instructions if r.opcode == "bn_stats")
     assert (second.producer == first.index) is depends
+
+
+def test_split_cells_counts_only_the_columns_cleared_so_far():
+    """Columns no region reached hold whatever the reused memory held; they are not counted as split."""
+    wide = Storage("sbuf", 4, 64 * 512)
+    tracker = AccessTracker(SYNC)
+    tracker.commit([], [Region(wide, 0, 4, 0, 64)], 5.0, 0, 0)  # whole cells
+    _dirty_uncleared_columns(tracker)
+    g = tracker._grid_of[wide.uid]
+    offset, rows, cols = (int(v) for v in tracker._grids[g, :3])
+    tracker._codes[offset + tracker._cleared[g] * rows : offset + cols * rows] = -1  # "split", were it read
+    assert tracker.split_cells(wide) == 0
+    tracker.commit([], [Region(wide, 0, 4, 10, 20)], 6.0, 1, 0)  # part of a cell: one split cell per row
+    assert tracker.split_cells(wide) == 4

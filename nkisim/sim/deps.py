@@ -654,4 +654,6 @@ class AccessTracker:
         if g is None:
             return 0
         offset, rows, cols = (int(x) for x in self._grids[g, :3])
-        return int(np.count_nonzero(self._codes[offset : offset + 2 * rows * cols] < 0))
+        cleared = self._cleared[g] * rows  # cells past the cleared columns hold whatever the memory held
+        maps = (self._codes[first : first + cleared] for first in (offset, offset + rows * cols))
+        return sum(int(np.count_nonzero(codes < 0)) for codes in maps)
