@@ -530,3 +530,36 @@ def test_a_program_that_returns_while_program_0_waits_for_it_fails():
 
     with pytest.raises(KernelError, match=r"nisa\.core_barrier in program 0 waits for program 1, which returned"):
         lnc2(body)
+
+
+def test_the_runs_affine_order_applies_to_both_programs():
+    seen = []
+
+    @nki.jit
+    def kernel():
+        t = tile((2, 2))
+        for i in nl.affine_range(3):
+            seen.append((nl.program_id(0), i))
+            nisa.memset(dst=t, value=float(i))
+
+    nkisim.run(kernel[2], [], target="trn2", affine_order="reversed")
+    assert seen == [(0, 2), (1, 2), (0, 1), (1, 1), (0, 0), (1, 0)]
+
+
+def test_a_program_waiting_at_a_barrier_is_unwound_when_the_other_fails():
+    unwound = []
+
+    def body(pid):
+        shared = nl.ndarray((2, 2), nl.float32, buffer=nl.shared_hbm)
+        try:
+            if pid == 0:
+                nisa.core_barrier(shared, (0, 1))  # waits: program 1 fails before it gets there
+            else:
+                t = tile((4, 4))
+                nisa.tensor_tensor(dst=t, data1=t, data2=tile((4, 5)), op=nl.add)
+        finally:
+            unwound.append(pid)
+
+    with pytest.raises(ShapeError):
+        lnc2(body)
+    assert sorted(unwound) == [0, 1]

@@ -27,6 +27,7 @@ and private HBM are per program; nothing is shared between ranks but what collec
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -87,11 +88,16 @@ class Launch:
         """Run one body per program to completion; re-raise the first error of any.
 
         The calling greenlet dispatches: it switches to the program whose turn it is, which runs
-        until it passes the turn (or waits, or returns) and switches back. A new greenlet starts
-        with an empty ``contextvars`` context, as a new thread does.
+        until it passes the turn (or waits, or returns) and switches back. Each program runs in a
+        copy of the caller's ``contextvars`` context, as a one-core kernel runs in the caller's own:
+        the run's options held there (``affine_order``) apply to every core.
         """
         self._dispatcher = greenlet.getcurrent()
-        programs = [greenlet(self._program(pid, body)) for pid, body in enumerate(bodies)]
+        programs = []
+        for pid, body in enumerate(bodies):
+            program = greenlet(self._program(pid, body))
+            program.gr_context = contextvars.copy_context()
+            programs.append(program)
         while self.error is None and self._unfinished:
             programs[self._turn].switch()
         for program in programs:  # after an error: unwind the programs that started (their finally blocks run)
