@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from nkisim.hw import HwConfig, load_target
 from nkisim.isa.spec import needs
 from nkisim.memory import Tensor, to_dtype
 from nkisim.memory.liveness import PlanDivergedError, TilePlan
-from nkisim.memory.system import INPUT_BUFFER
+from nkisim.memory.system import INPUT_BUFFER, BorrowedInputWritten
 from nkisim.report import Profile
 from nkisim.sim.checks import CHECK_MODES, Findings
 from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS, Budget
@@ -340,7 +341,21 @@ def _simulate(
 
     recorder = current_recorder()
 
+    # large inputs are read in place by a one-program run that is not recorded, unless the kernel is known to write one
+    borrow = recorder is None and programs == 1 and not _writes_inputs(kernel)
+
     def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
+        nonlocal borrow
+        if borrow:
+            try:
+                return run_once(plans)
+            except BorrowedInputWritten:
+                with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: not remembered
+                    _WRITES_INPUTS[_kernel_key(kernel)] = True
+                borrow = False
+        return run_once(plans)
+
+    def run_once(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
         prints.restart()
         if recorder is not None:
             recorder.restart()
@@ -348,7 +363,8 @@ def _simulate(
             ctxs, returns = _simulate_launch(kernel, hw, per_rank, cores, compute, plans, budget, prints, findings)
             return ctxs, returns if ranks is not None else returns[0]
         args, kwargs = per_rank[0]
-        return _simulate_one(kernel, hw, args, kwargs, compute, plans[0] if plans else None, budget, prints, findings)
+        plan = plans[0] if plans else None
+        return _simulate_one(kernel, hw, args, kwargs, compute, plan, budget, prints, findings, borrow=borrow)
 
     with single_threaded_blas():
         try:
@@ -408,19 +424,27 @@ def _simulate_one(
     budget: Budget | None = None,
     prints: PrintLog | None = None,
     findings: Findings | None = None,
+    borrow: bool = False,
 ) -> tuple[list[KernelContext], Any]:
+    """One program's run; ``borrow`` reads large inputs in place (``MemorySystem.hbm_tensor_from``)."""
     ctx = KernelContext(
         hw, compute=compute, grid=kernel.grid, plan=plan, budget=budget, prints=prints, findings=findings
     )
     ctx.kernel_name = kernel.func.__qualname__
     bound = _bind(kernel, args, kwargs)
     for name, value in bound.arguments.items():
-        bound.arguments[name] = _to_hbm(ctx, name, value, kernel)
+        bound.arguments[name] = _to_hbm(ctx, name, value, kernel, borrow)
     token = enter(ctx)
     try:
         returned = kernel.func(*bound.args, **bound.kwargs)
+    except Exception:
+        if ctx.memory.borrow_broken:  # the kernel caught the signal of a write into a borrowed input, then failed
+            raise BorrowedInputWritten("") from None
+        raise
     finally:
         leave(token)
+    if ctx.memory.borrow_broken:  # the kernel caught the signal and went on: its run is not the kernel's
+        raise BorrowedInputWritten("")
     return [ctx], returned
 
 
@@ -548,10 +572,10 @@ def _kernel_loc(kernel: Kernel) -> SourceLoc:
     return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
 
 
-def _to_hbm(ctx: KernelContext, name: str, value: Any, kernel: Kernel) -> Any:
+def _to_hbm(ctx: KernelContext, name: str, value: Any, kernel: Kernel, borrow: bool = False) -> Any:
     spec = _as_spec(value)
     if spec is None and isinstance(value, (tuple, list)) and any(isinstance(v, np.ndarray) for v in value):
-        return type(value)(_to_hbm(ctx, f"{name}[{i}]", v, kernel) for i, v in enumerate(value))
+        return type(value)(_to_hbm(ctx, f"{name}[{i}]", v, kernel, borrow) for i, v in enumerate(value))
     if spec is None and not isinstance(value, np.ndarray):
         return value
     try:
@@ -566,7 +590,23 @@ def _to_hbm(ctx: KernelContext, name: str, value: Any, kernel: Kernel) -> Any:
                 operand=f"input {name!r}",
             )
         return ctx.memory.new_tensor(spec.shape, dtype, INPUT_BUFFER, name)
-    return ctx.memory.hbm_tensor_from(value, dtype, name)
+    return ctx.memory.hbm_tensor_from(value, dtype, name, borrow)
+
+
+#: Kernel functions (unwrapped) found to write one of their inputs: their runs copy every input at once.
+#: A weak map, so that it keeps no kernel alive; it only saves such a kernel's later runs the restart.
+_WRITES_INPUTS: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+
+
+def _kernel_key(kernel: Kernel) -> Callable[..., Any]:
+    return inspect.unwrap(kernel.func)
+
+
+def _writes_inputs(kernel: Kernel) -> bool:
+    try:
+        return _WRITES_INPUTS.get(_kernel_key(kernel), False)
+    except TypeError:  # not weakly referenceable
+        return True
 
 
 def _collect_specs(returned: Any) -> Any:

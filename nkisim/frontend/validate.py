@@ -173,7 +173,9 @@ def collect(returned: Any, func: Callable[..., Any]) -> Any:
                 "and return that",
                 loc=return_location(func),
             )
-        return returned.array  # the run's own HBM bytes: nothing else refers to them
+        array = returned.array  # the run's own HBM bytes: nothing else refers to them
+        # ... unless it is an input read in place (or a broadcast view): the caller gets bytes of its own
+        return array if array.flags.writeable else array.copy()
     if isinstance(returned, (tuple, list)):
         return tuple(collect(item, func) for item in returned)
     if isinstance(returned, dict):

@@ -71,9 +71,12 @@ class Storage:
         "uid",
     )
 
-    def __init__(self, kind: str, rows: int, row_bytes: int, base_address: int = 0) -> None:
+    def __init__(
+        self, kind: str, rows: int, row_bytes: int, base_address: int = 0, data: np.ndarray | None = None
+    ) -> None:
+        """``data``: existing ``uint8`` bytes of shape ``(rows, row_bytes)`` to stand for the storage (else zeros)."""
         self.kind = kind
-        self.bytes = np.zeros((rows, row_bytes), dtype=np.uint8)
+        self.bytes = np.zeros((rows, row_bytes), dtype=np.uint8) if data is None else data
         #: The shape of :attr:`bytes`, as plain attributes: read at every view (a property cost ~0.15 us).
         self.rows, self.row_bytes = self.bytes.shape
         #: Where :attr:`bytes` starts in host memory (views find their offset from it).

@@ -74,6 +74,11 @@ class MemorySystem:
         self._hbm_next_address = 0x1_0000_0000
         self.hbm_bytes = 0
         self._counter = 0
+        #: The storage uids of the inputs read in place (:meth:`hbm_tensor_from` with ``borrow``).
+        self.borrowed: set[int] = set()
+        #: Set once an instruction tried to write a borrowed input: the run must start again with copies,
+        #: even if the kernel caught the :class:`BorrowedInputWritten` raised then.
+        self.borrow_broken = False
 
     def on_chip(self, buffer: Buffer) -> OnChipMemory:
         return self.sbuf if buffer is _SBUF else self.psum
@@ -125,14 +130,39 @@ class MemorySystem:
                     self.recorder.allocated(tensor)
         return tensor
 
-    def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str) -> Tensor:
-        """Copy a kernel input into fresh HBM (an input reports ``nl.hbm``: see :data:`INPUT_BUFFER`)."""
+    def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str, borrow: bool = False) -> Tensor:
+        """Copy a kernel input into fresh HBM (an input reports ``nl.hbm``: see :data:`INPUT_BUFFER`).
+
+        With ``borrow``, an input of :data:`BORROW_BYTES` or more whose layout is already the HBM
+        tensor's (C order, aligned, of ``dtype``) is read in place instead, through a read-only
+        view: an instruction that writes it raises :class:`BorrowedInputWritten` (see
+        :meth:`check_writes`), and the run starts again with copies.
+        """
+        if borrow and _borrowable(values, dtype):
+            data = np.asarray(values).reshape(-1).view(np.uint8).reshape(_hbm_layout(values.shape, dtype))
+            data.flags.writeable = False  # this view only: the caller's array keeps its flags
+            storage = self._hbm_storage(values.shape, dtype, name, data=data)
+            self.borrowed.add(storage.uid)
+            return Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, INPUT_BUFFER, name, storage, None)
         storage = self._hbm_storage(values.shape, dtype, name, written=True)
         tensor = Tensor(_typed_view(storage, 0, values.shape, dtype), dtype, INPUT_BUFFER, name, storage, None)
         tensor.array[...] = values
         if self.recorder is not None:
             self.recorder.placed_input(tensor.array)
         return tensor
+
+    def check_writes(self, writes: Iterable[tuple[str, Tensor]]) -> None:
+        """Raise :class:`BorrowedInputWritten` if one of ``writes`` is a view of a borrowed input."""
+        borrowed = self.borrowed
+        for _, tensor in writes:
+            if tensor.storage.uid in borrowed:
+                self.borrow_broken = True
+                raise BorrowedInputWritten(tensor.name)
+
+    def broke_borrow(self) -> None:
+        """A write into a borrowed input was refused outside :meth:`check_writes` (a read-only array's error)."""
+        self.borrow_broken = True
+        raise BorrowedInputWritten("")
 
     def _on_chip_tensor(
         self,
@@ -178,14 +208,20 @@ class MemorySystem:
         return tensor
 
     def _hbm_storage(
-        self, shape: tuple[int, ...], dtype: np.dtype, name: str, loc: SourceLoc | None = None, written: bool = False
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        name: str,
+        loc: SourceLoc | None = None,
+        written: bool = False,
+        data: np.ndarray | None = None,
     ) -> Storage:
         """Bytes for an HBM tensor, refused (before any is allocated) beyond the target's HBM capacity, and when
         they are ``written`` at once (poisoned, or an input's values) beyond the memory this machine has free.
 
-        Bytes nothing writes cost no memory until a kernel does (a shapes-only profile's tensors)."""
-        rows = max(shape[0] if len(shape) >= 2 else 1, 1)
-        row_bytes = max(math.prod(shape[1:] if len(shape) >= 2 else shape) * dtype.itemsize, 1)
+        Bytes nothing writes cost no memory until a kernel does (a shapes-only profile's tensors); ``data``,
+        bytes of the :func:`_hbm_layout`, stands for them instead (a borrowed input)."""
+        rows, row_bytes = _hbm_layout(shape, dtype)
         nbytes = rows * row_bytes
         capacity = self.hw.hbm.capacity_bytes
         if self.hbm_bytes + nbytes > capacity:
@@ -201,7 +237,7 @@ class MemorySystem:
                 f"in HBM, and {available} are available; simulate a smaller size, or free memory first",
                 loc=loc,
             )
-        storage = Storage("hbm", rows, row_bytes, self._hbm_next_address)
+        storage = Storage("hbm", rows, row_bytes, self._hbm_next_address, data)
         self._hbm_next_address += -(-nbytes // 4096) * 4096
         self.hbm_bytes += nbytes
         return storage
@@ -209,6 +245,31 @@ class MemorySystem:
 
 #: HBM tensors from this many bytes on are checked against the machine's available memory first.
 HOST_CHECK_BYTES = 64 << 20
+
+#: Inputs from this many bytes on may be read in place (:meth:`MemorySystem.hbm_tensor_from`): below it a
+#: copy costs less than the run a kernel that writes its input must start again.
+BORROW_BYTES = 1 << 20
+
+
+class BorrowedInputWritten(BaseException):  # a signal to start again, not an error of the kernel
+    """An instruction would write an input that the run reads in place; the run starts again with copies.
+
+    A ``BaseException``, so that a kernel's ``except Exception`` does not swallow it (and
+    :attr:`MemorySystem.borrow_broken` records it for a kernel that catches everything).
+    """
+
+
+def _hbm_layout(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, int]:
+    """An HBM tensor's storage shape: (rows, bytes per row), the first dimension as rows (one row for 0-1 dims)."""
+    rows = max(shape[0] if len(shape) >= 2 else 1, 1)
+    row_bytes = max(math.prod(shape[1:] if len(shape) >= 2 else shape) * dtype.itemsize, 1)
+    return rows, row_bytes
+
+
+def _borrowable(values: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether an input's own bytes are its HBM tensor's: of ``dtype``, C order, aligned, and large enough."""
+    flags = values.flags
+    return values.dtype == dtype and flags.c_contiguous and flags.aligned and values.nbytes >= BORROW_BYTES
 
 
 def host_memory_available() -> int | None:

@@ -93,6 +93,8 @@ def bytes_differ(a: np.ndarray, b: np.ndarray, chunk: int = COMPARE_CHUNK) -> bo
     """
     if a.shape != b.shape or a.nbytes != b.nbytes:
         return True
+    if a.ctypes.data == b.ctypes.data and a.strides == b.strides:  # the same bytes (an input read in place)
+        return False
     if not (a.flags.c_contiguous and b.flags.c_contiguous):
         return a.tobytes() != b.tobytes()
     x, y = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)

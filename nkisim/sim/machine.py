@@ -205,6 +205,8 @@ class Machine:
                 tensor_reads = [(name, arguments[name]) for name in plan.reads]
                 tensor_writes = [(name, arguments[name]) for name in plan.writes]
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
+        if self.memory.borrowed:
+            self.memory.check_writes(tensor_writes)
         self.memory.issued(self._issued, tensor_reads, tensor_writes)
         self._issued += 1
         checker = self.checker
@@ -385,6 +387,8 @@ class Machine:
         except KernelError:
             raise
         except Exception as exc:  # a bug in nkisim, reported at the kernel's line
+            if self.memory.borrowed and _refused_write(exc):
+                self.memory.broke_borrow()  # a write into an input read in place, by a way check_writes does not see
             raise ExecutionError(
                 f"failed: {type(exc).__name__}: {exc}",
                 loc=loc,
@@ -439,6 +443,12 @@ class Machine:
                     target=self.hw.name,
                     operand=name,
                 )
+
+
+def _refused_write(exc: Exception) -> bool:
+    """Whether ``exc`` is numpy's or numba's refusal to write a read-only array."""
+    text = str(exc)
+    return "read-only" in text or "readonly" in text
 
 
 def _summary(ops: Any) -> tuple[tuple[str, object], ...]:

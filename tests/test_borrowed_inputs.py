@@ -1,0 +1,216 @@
+"""Large inputs read in place: outputs, timelines and the caller's arrays as when they are copied into HBM.
+
+A run reads an input of ``BORROW_BYTES`` or more through a read-only view of the caller's
+array instead of a copy; a kernel that writes an input starts again with copies. Every
+case is checked against a numpy formula written here, and against the same run with
+borrowing off (``BORROW_BYTES`` raised above every input).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import nkisim
+import nkisim.nki as nki
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+from nkisim.memory import system
+
+ROWS, COLS = 1024, 256  # float32: exactly 1 MiB, the smallest size that is borrowed
+
+
+@nki.jit
+def scaled_copy(x):
+    """out = 2 * x, tile by tile."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for r in range(x.shape[0] // 128):
+        rows = slice(r * 128, (r + 1) * 128)
+        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x[rows])
+        doubled = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=doubled, data=tile, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[rows], src=doubled)
+    return out
+
+
+CALLS: list[str] = []
+
+
+@nki.jit
+def add_into_first(x, y):
+    """x[:128] += y[:128] in place, then out = x (every row); counts its own calls in ``CALLS``."""
+    CALLS.append("add_into_first")
+    a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x[0:128])
+    nisa.dma_copy(dst=b, src=y[0:128])
+    nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+    nisa.dma_copy(dst=x[0:128], src=a)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for r in range(x.shape[0] // 128):
+        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x[r * 128 : (r + 1) * 128])
+        nisa.dma_copy(dst=out[r * 128 : (r + 1) * 128], src=tile)
+    return out
+
+
+@nki.jit
+def swallows_the_write(x, y):
+    """Tries to write its input inside ``except BaseException: pass``, then copies x to the output."""
+    tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=y[0:128])
+    with contextlib.suppress(BaseException):  # what a careless kernel does; the run must not lose the write
+        nisa.dma_copy(dst=x[0:128], src=tile)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for r in range(x.shape[0] // 128):
+        rows = slice(r * 128, (r + 1) * 128)
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[rows])
+        nisa.dma_copy(dst=out[rows], src=t)
+    return out
+
+
+@nki.jit
+def returns_its_input(x):
+    return x
+
+
+@pytest.fixture
+def no_borrowing(monkeypatch: pytest.MonkeyPatch):
+    def off() -> None:
+        monkeypatch.setattr(system, "BORROW_BYTES", 1 << 62)
+
+    return off
+
+
+def _inputs(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((ROWS, COLS), dtype=np.float32), rng.standard_normal((ROWS, COLS), dtype=np.float32)
+
+
+def test_a_borrowed_input_gives_the_copied_run_exactly(no_borrowing) -> None:
+    x, _ = _inputs()
+    before = x.copy()
+    borrowed = nkisim.run(scaled_copy, [x])
+    np.testing.assert_array_equal(borrowed.outputs, 2 * before)
+    assert np.array_equal(x, before) and x.flags.writeable  # the caller's array: unchanged, still writable
+    assert borrowed.outputs.flags.writeable and not np.shares_memory(borrowed.outputs, x)
+    no_borrowing()
+    copied = nkisim.run(scaled_copy, [x])
+    np.testing.assert_array_equal(copied.outputs, borrowed.outputs)
+    assert copied.profile.total_ns == borrowed.profile.total_ns
+    np.testing.assert_array_equal(copied.profile.timeline.start_ns, borrowed.profile.timeline.start_ns)
+
+
+def test_a_kernel_that_writes_its_input_starts_again_once_then_copies_at_once(no_borrowing) -> None:
+    x, y = _inputs(1)
+    expected = x.copy()
+    expected[:128] += y[:128]
+    CALLS.clear()
+    first = nkisim.run(add_into_first, [x, y])
+    np.testing.assert_array_equal(first.outputs, expected)
+    assert len(CALLS) == 2  # the borrowing run stopped at the write, the copying run finished
+    assert not np.array_equal(x, expected)  # nkisim.run leaves the caller's input as it was
+    CALLS.clear()
+    again = nkisim.run(add_into_first, [x, y])
+    assert len(CALLS) == 1  # known to write its input: copied from the start
+    np.testing.assert_array_equal(again.outputs, expected)
+    no_borrowing()
+    copied = nkisim.run(add_into_first, [x, y])
+    assert copied.profile.total_ns == first.profile.total_ns == again.profile.total_ns
+
+
+def test_nki_simulate_still_writes_the_result_back_into_the_argument() -> None:
+    x, y = _inputs(2)
+    expected = x.copy()
+    expected[:128] += y[:128]
+    nki.simulate(add_into_first)(x, y)
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_a_kernel_that_catches_the_signal_still_gets_its_write(no_borrowing) -> None:
+    x, y = _inputs(3)
+    expected = x.copy()
+    expected[:128] = y[:128]
+    result = nkisim.run(swallows_the_write, [x, y])
+    np.testing.assert_array_equal(result.outputs, expected)
+
+
+def test_an_output_that_is_the_input_is_a_copy() -> None:
+    x, _ = _inputs(4)
+    out = nkisim.run(returns_its_input, [x]).outputs
+    np.testing.assert_array_equal(out, x)
+    assert out.flags.writeable and not np.shares_memory(out, x)
+
+
+def test_a_compiled_program_replays_new_values_of_a_large_input() -> None:
+    x, _ = _inputs(5)
+    prog = nkisim.compile(scaled_copy, [x])
+    z = -x
+    np.testing.assert_array_equal(prog([z]).outputs, 2 * z)
+
+
+LAYOUTS = ("c", "fortran", "strided", "offset")
+
+
+def _laid_out(values: np.ndarray, layout: str) -> np.ndarray:
+    if layout == "fortran":
+        return np.asfortranarray(values)
+    if layout == "strided":
+        wide = np.zeros((values.shape[0], 2 * values.shape[1]), dtype=values.dtype)
+        wide[:, ::2] = values
+        return wide[:, ::2]
+    if layout == "offset":  # unaligned when the item is wider than a byte
+        raw = np.zeros(values.nbytes + 1, dtype=np.uint8)
+        view = raw[1:].view(values.dtype).reshape(values.shape)
+        view[...] = values
+        return view
+    return values
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    dtype=st.sampled_from([np.float32, ml_dtypes.bfloat16, np.int32, ml_dtypes.float8_e4m3fn, np.float16]),
+    layout=st.sampled_from(LAYOUTS),
+    cols=st.sampled_from([1024, 2048]),
+)
+def test_every_dtype_and_layout_reads_the_callers_values(dtype, layout, cols) -> None:
+    """A tile-by-tile copy of an input, big enough to borrow when its layout allows, returns its values bit for bit."""
+    rng = np.random.default_rng(cols)
+    values = rng.integers(-8, 8, size=(256, cols)).astype(dtype)
+    given_values = _laid_out(values, layout)
+    out = nkisim.run(_copy_kernel, [given_values]).outputs
+    assert out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out.view(np.uint8), np.ascontiguousarray(values).view(np.uint8))
+    np.testing.assert_array_equal(given_values, values)  # untouched
+
+
+@nki.jit
+def _copy_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for r in range(x.shape[0] // 128):
+        rows = slice(r * 128, (r + 1) * 128)
+        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x[rows])
+        nisa.dma_copy(dst=out[rows], src=tile)
+    return out
+
+
+def test_a_write_the_operand_list_does_not_show_is_refused_by_the_read_only_view(monkeypatch) -> None:
+    """Writes reach HBM through the declared operands; should one not, numpy refuses it and the run starts again."""
+    monkeypatch.setattr(system.MemorySystem, "check_writes", lambda self, writes: None)
+    x, y = _inputs(6)
+    expected = x.copy()
+    expected[:128] += y[:128]
+
+    @nki.jit
+    def add_into_first_again(x, y):  # a kernel of its own: not yet known to write its input
+        return add_into_first.func(x, y)
+
+    np.testing.assert_array_equal(nkisim.run(add_into_first_again, [x, y]).outputs, expected)
