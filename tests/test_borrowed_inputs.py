@@ -214,3 +214,40 @@ def test_a_write_the_operand_list_does_not_show_is_refused_by_the_read_only_view
         return add_into_first.func(x, y)
 
     np.testing.assert_array_equal(nkisim.run(add_into_first_again, [x, y]).outputs, expected)
+
+
+@nki.jit
+def second_core_writes_its_half(x, y):
+    """On two cores: each copies its half of x to the output; core 1 first adds y into x's rows 512:640, in place."""
+    CALLS.append("second_core_writes_its_half")
+    pid = nl.program_id(0)
+    half = x.shape[0] // 2
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    if pid == 1:
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[half : half + 128])
+        nisa.dma_copy(dst=b, src=y[0:128])
+        nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+        nisa.dma_copy(dst=x[half : half + 128], src=a)
+    for r in range(half // 128):
+        rows = slice(pid * half + r * 128, pid * half + (r + 1) * 128)
+        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x[rows])
+        nisa.dma_copy(dst=out[rows], src=tile)
+    return out
+
+
+def test_two_cores_borrow_too_and_either_core_writing_an_input_starts_again(no_borrowing) -> None:
+    x, y = _inputs(7)
+    doubled = nkisim.run(scaled_copy[2], [x], target="trn2")
+    np.testing.assert_array_equal(doubled.outputs, 2 * x)
+    expected = x.copy()
+    expected[ROWS // 2 : ROWS // 2 + 128] += y[:128]
+    CALLS.clear()
+    first = nkisim.run(second_core_writes_its_half[2], [x, y], target="trn2")
+    np.testing.assert_array_equal(first.outputs, expected)
+    assert len(CALLS) == 4  # two programs stopped by core 1's write, then two that copy
+    no_borrowing()
+    copied = nkisim.run(scaled_copy[2], [x], target="trn2")
+    assert copied.profile.total_ns == doubled.profile.total_ns

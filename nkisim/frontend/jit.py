@@ -341,8 +341,8 @@ def _simulate(
 
     recorder = current_recorder()
 
-    # large inputs are read in place by a one-program run that is not recorded, unless the kernel is known to write one
-    borrow = recorder is None and programs == 1 and not _writes_inputs(kernel)
+    # large inputs are read in place by a run of one rank that is not recorded, unless the kernel is known to write one
+    borrow = recorder is None and ranks is None and not _writes_inputs(kernel)
 
     def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
         nonlocal borrow
@@ -360,7 +360,9 @@ def _simulate(
         if recorder is not None:
             recorder.restart()
         if ranks is not None or programs > 1:
-            ctxs, returns = _simulate_launch(kernel, hw, per_rank, cores, compute, plans, budget, prints, findings)
+            ctxs, returns = _simulate_launch(
+                kernel, hw, per_rank, cores, compute, plans, budget, prints, findings, borrow=borrow
+            )
             return ctxs, returns if ranks is not None else returns[0]
         args, kwargs = per_rank[0]
         plan = plans[0] if plans else None
@@ -458,10 +460,12 @@ def _simulate_launch(
     budget: Budget | None = None,
     prints: PrintLog | None = None,
     findings: Findings | None = None,
+    borrow: bool = False,
 ) -> tuple[list[KernelContext], list[Any]]:
-    """Ranks of ``cores`` programs each, in turn-taking threads (nkisim.sim.multicore); what each rank returned.
+    """Ranks of ``cores`` programs each, taking turns (nkisim.sim.multicore); what each rank returned.
 
-    The cores of a rank (``kernel[2]``) share its inputs and its shared HBM.
+    The cores of a rank (``kernel[2]``) share its inputs and its shared HBM; with ``borrow`` (one
+    rank), its large inputs are read in place, as by :func:`_simulate_one`.
     """
     if cores > 1 and not hw.capabilities.lnc2_collectives:
         raise TargetError(
@@ -494,11 +498,20 @@ def _simulate_launch(
         assert isinstance(memory, SharedHbmMemory)
         with memory.unshared():  # the inputs are shared by passing the same tensors to the rank's cores
             for name, value in bound.arguments.items():
-                bound.arguments[name] = _to_hbm(first, name, value, kernel)
+                bound.arguments[name] = _to_hbm(first, name, value, kernel, borrow)
+        for ctx in ctxs[rank * cores : (rank + 1) * cores]:
+            ctx.memory.borrowed = memory.borrowed  # a write by any core into a borrowed input is seen
         bodies += [_program(kernel, ctx, bound) for ctx in ctxs[rank * cores : (rank + 1) * cores]]
     for ctx in ctxs:
         ctx.kernel_name = kernel.func.__qualname__
-    returns = launch.run(bodies)
+    try:
+        returns = launch.run(bodies)
+    except Exception:
+        if any(ctx.memory.borrow_broken for ctx in ctxs):  # see _simulate_one
+            raise BorrowedInputWritten("") from None
+        raise
+    if any(ctx.memory.borrow_broken for ctx in ctxs):
+        raise BorrowedInputWritten("")
     return ctxs, returns[::cores]
 
 
