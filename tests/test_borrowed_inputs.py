@@ -9,6 +9,7 @@ borrowing off (``BORROW_BYTES`` raised above every input).
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -251,3 +252,78 @@ def test_two_cores_borrow_too_and_either_core_writing_an_input_starts_again(no_b
     no_borrowing()
     copied = nkisim.run(scaled_copy[2], [x], target="trn2")
     assert copied.profile.total_ns == doubled.profile.total_ns
+
+
+def _filling_kernel(width: int):
+    """Four [128, width] SBUF tiles kept alive together (more than SBUF holds until tiles are freed after their
+    last use), each memset to i + 1 and stored; then tile 3's first 16 columns go into x in place."""
+
+    def kernel(x):
+        out = nl.ndarray((4, 128, width), nl.float32, buffer=nl.shared_hbm)
+        tiles = []
+        for i in range(4):
+            t = nl.ndarray((128, width), nl.float32, buffer=nl.sbuf)
+            tiles.append(t)
+            nisa.memset(dst=t, value=float(i + 1))
+            nisa.dma_copy(dst=out[i], src=t)
+        nisa.dma_copy(dst=x[:, 0:16], src=tiles[3][:, 0:16])
+        after = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        whole = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=whole, src=x)
+        nisa.dma_copy(dst=after, src=whole)
+        return out, after
+
+    return kernel
+
+
+def test_a_write_met_in_the_sbuf_full_rerun_starts_every_attempt_again(no_borrowing) -> None:
+    """The eager run runs out of SBUF before the write; the liveness re-run meets it: the whole run starts again."""
+    from nkisim.hw import load_target
+
+    width = load_target("trn1").sbuf.bytes_per_partition // 16 + 16  # a little over a quarter of a partition
+    x = np.zeros((128, 2048), np.float32)  # 1 MiB
+    expected_x = x.copy()
+    expected_x[:, 0:16] = 4.0
+    # a new function each call: never remembered, so each borrowing call starts again
+    borrowed = nkisim.run(_filling_kernel(width), [x], target="trn1")
+    out, after = borrowed.outputs
+    np.testing.assert_array_equal(out, np.broadcast_to(np.arange(1, 5, dtype=np.float32)[:, None, None], out.shape))
+    np.testing.assert_array_equal(after, expected_x)
+    assert not x.any()
+    no_borrowing()
+    copied = nkisim.run(_filling_kernel(width), [x], target="trn1")
+    assert copied.profile.total_ns == borrowed.profile.total_ns
+    assert len(copied.profile.instructions) == len(borrowed.profile.instructions)
+    assert [d.check for d in copied.profile.diagnostics] == [d.check for d in borrowed.profile.diagnostics]
+
+
+def test_a_kernel_that_catches_the_signal_runs_nothing_more_of_the_discarded_run(capsys) -> None:
+    """After a swallowed signal the next NKI call stops the run: its fallback path neither prints nor warns."""
+
+    @nki.jit
+    def falls_back(x, y):
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=y[0:128])
+        try:
+            nisa.dma_copy(dst=x[0:128], src=t)
+            in_place = True
+        except BaseException:
+            in_place = False
+        if not in_place:
+            nl.device_print("fallback", t)
+            never_written = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=t, data1=t, data2=never_written, op=nl.add)
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:128], src=t)
+        nisa.dma_copy(dst=out[128:], src=x[128:])
+        return out
+
+    x, y = _inputs(8)
+    expected = x.copy()
+    expected[:128] = y[:128]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a finding of the fallback path would be a CheckWarning here
+        result = nkisim.run(falls_back, [x, y], check="warn")
+    np.testing.assert_array_equal(result.outputs, expected)
+    assert "fallback" not in capsys.readouterr().out
+    assert not result.profile.diagnostics

@@ -345,17 +345,6 @@ def _simulate(
     borrow = recorder is None and ranks is None and not _writes_inputs(kernel)
 
     def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
-        nonlocal borrow
-        if borrow:
-            try:
-                return run_once(plans)
-            except BorrowedInputWritten:
-                with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: not remembered
-                    _WRITES_INPUTS[_kernel_key(kernel)] = True
-                borrow = False
-        return run_once(plans)
-
-    def run_once(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
         prints.restart()
         if recorder is not None:
             recorder.restart()
@@ -368,15 +357,24 @@ def _simulate(
         plan = plans[0] if plans else None
         return _simulate_one(kernel, hw, args, kwargs, compute, plan, budget, prints, findings, borrow=borrow)
 
+    def eager_then_liveness() -> tuple[list[KernelContext], Any]:
+        try:
+            return attempt(None)
+        except CapacityError as eager_error:
+            # the traceback holds the failed run's machines (every memory of every program): free them first
+            eager_error.__traceback__ = None
+            spill = bool(kernel.options.get("spill", True))
+            return _with_compiler_liveness(attempt, programs, eager_error, spill)
+
     with single_threaded_blas():
         try:
             try:
-                return attempt(None)
-            except CapacityError as eager_error:
-                # the traceback holds the failed run's machines (every memory of every program): free them first
-                eager_error.__traceback__ = None
-                spill = bool(kernel.options.get("spill", True))
-                return _with_compiler_liveness(attempt, programs, eager_error, spill)
+                return eager_then_liveness()
+            except BorrowedInputWritten:  # the kernel writes a borrowed input: all of it again, every input copied
+                with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: not remembered
+                    _WRITES_INPUTS[_kernel_key(kernel)] = True
+                borrow = False
+                return eager_then_liveness()
         except Exception as exc:
             clear = translate(exc, _kernel_loc(kernel))
             if clear is None:

@@ -412,6 +412,7 @@ def device_print(print_prefix: str, tensor: Tensor) -> None:
     ctx = current_context()
     if not isinstance(tensor, Tensor):
         raise OperandError(f"nl.device_print: tensor must be an NKI tensor, got {type(tensor).__name__}")
+    ctx.machine.check_running()  # a run that will start again prints nothing more
     if not ctx.prints.claim():
         return
     ctx.machine.effect(_print_values, (print_prefix, tensor.name, tensor.shape, tensor.array))

@@ -52,6 +52,7 @@ from nkisim.isa.spec import Peer, missing_capability, needs
 from nkisim.memory import MemorySystem, Region, Tensor
 from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
+from nkisim.memory.system import BorrowedInputWritten
 from nkisim.sim.checks import Checker
 from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan
 from nkisim.sim.program import Recorder
@@ -182,6 +183,8 @@ class Machine:
 
         It is placed on the timeline when the next instruction is issued or the timeline is read.
         """
+        if self.memory.borrow_broken:  # the kernel caught the signal to start again: nothing more of this run
+            raise BorrowedInputWritten("")
         if self._pending is not None:
             self._place()
         spec = self.registry[instruction.opcode]
@@ -245,6 +248,14 @@ class Machine:
         if self.peer is not None:
             self.peer.yield_turn()
         return index
+
+    def check_running(self) -> None:
+        """Raise :class:`BorrowedInputWritten` again when the kernel caught it: the run must stop and start again.
+
+        Every instruction checks it; so do the kernel's other visible effects (``nl.device_print``).
+        """
+        if self.memory.borrow_broken:
+            raise BorrowedInputWritten("")
 
     def _place(self) -> None:
         """Place the pending instruction on the timeline, after the producers :meth:`depend` gave it."""
