@@ -327,3 +327,35 @@ def test_a_kernel_that_catches_the_signal_runs_nothing_more_of_the_discarded_run
     np.testing.assert_array_equal(result.outputs, expected)
     assert "fallback" not in capsys.readouterr().out
     assert not result.profile.diagnostics
+
+
+def test_the_abandoned_run_is_freed_before_the_run_starts_again(no_borrowing) -> None:
+    """A restart holds one run's memory at a time: its peak is a copying run's, not two runs'."""
+    import tracemalloc
+
+    big = 32 << 20  # a 32 MiB HBM output, written in full before the kernel writes its input
+
+    def writes_late():
+        @nki.jit
+        def kernel(x):
+            out = nl.ndarray((big // 4 // 2048, 2048), nl.float32, buffer=nl.shared_hbm)
+            tile = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=tile, value=1.0)
+            nisa.dma_copy(dst=x[0:128], src=tile)
+            return out
+
+        return kernel
+
+    def peak(kernel) -> int:
+        x = np.zeros((ROWS, COLS), np.float32)
+        tracemalloc.start()
+        try:
+            nkisim.run(kernel, [x])
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    restarting = peak(writes_late())  # a new kernel: not known to write its input, so it borrows and starts again
+    no_borrowing()
+    copying = peak(writes_late())
+    assert restarting < copying + big // 2, (restarting, copying)

@@ -373,8 +373,9 @@ def _simulate(
             except BorrowedInputWritten:  # the kernel writes a borrowed input: all of it again, every input copied
                 with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: not remembered
                     _WRITES_INPUTS[_kernel_key(kernel)] = True
-                borrow = False
-                return eager_then_liveness()
+            # outside the handler: its traceback holds the abandoned run's machines, freed before the run again
+            borrow = False
+            return eager_then_liveness()
         except Exception as exc:
             clear = translate(exc, _kernel_loc(kernel))
             if clear is None:
