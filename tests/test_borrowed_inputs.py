@@ -359,3 +359,61 @@ def test_the_abandoned_run_is_freed_before_the_run_starts_again(no_borrowing) ->
     no_borrowing()
     copying = peak(writes_late())
     assert restarting < copying + big // 2, (restarting, copying)
+
+
+def _stdout_of(run, capsys) -> tuple[str, object]:
+    result = run()
+    return capsys.readouterr().out, result
+
+
+def test_a_legacy_kernel_that_catches_the_signal_prints_only_the_path_it_takes(no_borrowing, capsys) -> None:
+    import nkisim.nki.legacy.language as legacy_nl
+
+    def legacy(x, y):
+        t = legacy_nl.load(y[0:128, :])
+        try:
+            legacy_nl.store(x[0:128, :], value=t)
+            legacy_nl.device_print("stored", t)
+        except BaseException:
+            legacy_nl.device_print("not stored", t)
+        out = legacy_nl.ndarray(x.shape, dtype=x.dtype, buffer=legacy_nl.shared_hbm)
+        legacy_nl.store(out[0:128, :], value=legacy_nl.load(x[0:128, :]))
+        return out
+
+    x, y = _inputs(9)
+    borrowed_out, borrowed = _stdout_of(lambda: nkisim.run(legacy, [x, y]), capsys)
+    no_borrowing()
+    copied_out, _ = _stdout_of(lambda: nkisim.run(legacy, [x, y]), capsys)
+    assert borrowed_out == copied_out and "stored" in copied_out and "not stored" not in copied_out
+    np.testing.assert_array_equal(borrowed.outputs[0:128], y[0:128])
+
+
+def test_when_one_core_catches_the_signal_the_other_core_stops_too(no_borrowing, capsys) -> None:
+    """LNC=2: core 1 gives up after its write is refused; core 0 must not print in the abandoned run."""
+
+    def two_cores(x, y):
+        out = nl.ndarray((2, 128, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=y[0:128])
+        if nl.program_id(0) == 1:
+            try:
+                nisa.dma_copy(dst=x[0:128], src=t)
+            except BaseException:
+                return out
+            nl.device_print("core 1", t)
+            nisa.dma_copy(dst=out[1], src=t)
+        else:
+            u = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+            for value in (7.0, 8.0, 9.0):  # core 1 meets its write meanwhile
+                nisa.memset(dst=u, value=value)
+            nl.device_print("core 0", u)
+            nisa.dma_copy(dst=out[0], src=u)
+        return out
+
+    x, y = _inputs(10)
+    borrowed_out, borrowed = _stdout_of(lambda: nkisim.run(nki.jit(two_cores)[2], [x, y], target="trn2"), capsys)
+    no_borrowing()
+    copied_out, copied = _stdout_of(lambda: nkisim.run(nki.jit(two_cores)[2], [x, y], target="trn2"), capsys)
+    assert borrowed_out == copied_out and copied_out.count("core 0") == copied_out.count("core 1") == 1
+    np.testing.assert_array_equal(borrowed.outputs, copied.outputs)
+    np.testing.assert_array_equal(borrowed.outputs[1], y[0:128])

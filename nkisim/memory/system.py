@@ -74,11 +74,9 @@ class MemorySystem:
         self._hbm_next_address = 0x1_0000_0000
         self.hbm_bytes = 0
         self._counter = 0
-        #: The storage uids of the inputs read in place (:meth:`hbm_tensor_from` with ``borrow``).
+        #: The storage uids of the inputs read in place (:meth:`hbm_tensor_from` with ``borrow``), shared by the
+        #: cores of a launch; it also holds :data:`BROKEN` once one of them tried to write a borrowed input.
         self.borrowed: set[int] = set()
-        #: Set once an instruction tried to write a borrowed input: the run must start again with copies,
-        #: even if the kernel caught the :class:`BorrowedInputWritten` raised then.
-        self.borrow_broken = False
 
     def on_chip(self, buffer: Buffer) -> OnChipMemory:
         return self.sbuf if buffer is _SBUF else self.psum
@@ -151,17 +149,23 @@ class MemorySystem:
             self.recorder.placed_input(tensor.array)
         return tensor
 
+    @property
+    def borrow_broken(self) -> bool:
+        """Whether an instruction (of any core of the launch) tried to write a borrowed input: the run must start
+        again with copies, even if the kernel caught the :class:`BorrowedInputWritten` raised then."""
+        return BROKEN in self.borrowed
+
     def check_writes(self, writes: Iterable[tuple[str, Tensor]]) -> None:
         """Raise :class:`BorrowedInputWritten` if one of ``writes`` is a view of a borrowed input."""
         borrowed = self.borrowed
         for _, tensor in writes:
             if tensor.storage.uid in borrowed:
-                self.borrow_broken = True
+                borrowed.add(BROKEN)
                 raise BorrowedInputWritten(tensor.name)
 
     def broke_borrow(self) -> None:
         """A write into a borrowed input was refused outside :meth:`check_writes` (a read-only array's error)."""
-        self.borrow_broken = True
+        self.borrowed.add(BROKEN)
         raise BorrowedInputWritten("")
 
     def _on_chip_tensor(
@@ -249,6 +253,10 @@ HOST_CHECK_BYTES = 64 << 20
 #: Inputs from this many bytes on may be read in place (:meth:`MemorySystem.hbm_tensor_from`): below it a
 #: copy costs less than the run a kernel that writes its input must start again.
 BORROW_BYTES = 1 << 20
+
+
+#: In :attr:`MemorySystem.borrowed` (never a storage uid): a write into a borrowed input was tried.
+BROKEN = -1
 
 
 class BorrowedInputWritten(BaseException):  # a signal to start again, not an error of the kernel

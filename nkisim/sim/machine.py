@@ -52,7 +52,7 @@ from nkisim.isa.spec import Peer, missing_capability, needs
 from nkisim.memory import MemorySystem, Region, Tensor
 from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
-from nkisim.memory.system import BorrowedInputWritten
+from nkisim.memory.system import BROKEN, BorrowedInputWritten
 from nkisim.sim.checks import Checker
 from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan
 from nkisim.sim.program import Recorder
@@ -183,7 +183,8 @@ class Machine:
 
         It is placed on the timeline when the next instruction is issued or the timeline is read.
         """
-        if self.memory.borrow_broken:  # the kernel caught the signal to start again: nothing more of this run
+        borrowed = self.memory.borrowed
+        if borrowed and BROKEN in borrowed:  # the kernel caught the signal to start again: nothing more of this run
             raise BorrowedInputWritten("")
         if self._pending is not None:
             self._place()
@@ -208,7 +209,7 @@ class Machine:
                 tensor_reads = [(name, arguments[name]) for name in plan.reads]
                 tensor_writes = [(name, arguments[name]) for name in plan.writes]
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
-        if self.memory.borrowed:
+        if borrowed:
             self.memory.check_writes(tensor_writes)
         self.memory.issued(self._issued, tensor_reads, tensor_writes)
         self._issued += 1
