@@ -26,6 +26,15 @@ from nkisim.memory import system
 ROWS, COLS = 1024, 256  # float32: exactly 1 MiB, the smallest size that is borrowed
 
 
+def copy_rows(src, dst, first: int = 0, count: int | None = None) -> None:
+    """Inside a kernel: ``dst[r] = src[r]`` through SBUF, 128 rows at a time, for ``count`` rows from ``first``."""
+    count = src.shape[0] if count is None else count
+    for r in range(first, first + count, 128):
+        tile = nl.ndarray((128, src.shape[1]), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=src[r : r + 128])
+        nisa.dma_copy(dst=dst[r : r + 128], src=tile)
+
+
 @nki.jit
 def scaled_copy(x):
     """out = 2 * x, tile by tile."""
@@ -54,10 +63,7 @@ def add_into_first(x, y):
     nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
     nisa.dma_copy(dst=x[0:128], src=a)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    for r in range(x.shape[0] // 128):
-        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=tile, src=x[r * 128 : (r + 1) * 128])
-        nisa.dma_copy(dst=out[r * 128 : (r + 1) * 128], src=tile)
+    copy_rows(x, out)
     return out
 
 
@@ -69,11 +75,7 @@ def swallows_the_write(x, y):
     with contextlib.suppress(BaseException):  # what a careless kernel does; the run must not lose the write
         nisa.dma_copy(dst=x[0:128], src=tile)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    for r in range(x.shape[0] // 128):
-        rows = slice(r * 128, (r + 1) * 128)
-        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[rows])
-        nisa.dma_copy(dst=out[rows], src=t)
+    copy_rows(x, out)
     return out
 
 
@@ -195,11 +197,7 @@ def test_every_dtype_and_layout_reads_the_callers_values(dtype, layout, cols) ->
 @nki.jit
 def _copy_kernel(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    for r in range(x.shape[0] // 128):
-        rows = slice(r * 128, (r + 1) * 128)
-        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=tile, src=x[rows])
-        nisa.dma_copy(dst=out[rows], src=tile)
+    copy_rows(x, out)
     return out
 
 
@@ -231,11 +229,7 @@ def second_core_writes_its_half(x, y):
         nisa.dma_copy(dst=b, src=y[0:128])
         nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
         nisa.dma_copy(dst=x[half : half + 128], src=a)
-    for r in range(half // 128):
-        rows = slice(pid * half + r * 128, pid * half + (r + 1) * 128)
-        tile = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=tile, src=x[rows])
-        nisa.dma_copy(dst=out[rows], src=tile)
+    copy_rows(x, out, pid * half, half)
     return out
 
 
