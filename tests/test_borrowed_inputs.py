@@ -411,3 +411,61 @@ def test_when_one_core_catches_the_signal_the_other_core_stops_too(no_borrowing,
     assert borrowed_out == copied_out and copied_out.count("core 0") == copied_out.count("core 1") == 1
     np.testing.assert_array_equal(borrowed.outputs, copied.outputs)
     np.testing.assert_array_equal(borrowed.outputs[1], y[0:128])
+
+
+def _write_first_rows(x, y, on_refusal):
+    """Inside a kernel: x[:128] = y[:128] in place, calling ``on_refusal()`` if the write raises anything."""
+    t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=y[0:128])
+    try:
+        nisa.dma_copy(dst=x[0:128], src=t)
+    except BaseException:
+        on_refusal()
+
+
+def test_a_kernel_that_catches_the_signal_and_returns_at_once_still_writes_its_input() -> None:
+    """No NKI call after the caught signal: the run's end notices it, and nki.simulate writes the input back."""
+
+    def kernel(x, y):
+        _write_first_rows(x, y, lambda: None)
+        return x
+
+    x, y = _inputs(11)
+    expected = x.copy()
+    expected[:128] = y[:128]
+    out = nki.simulate(kernel)(x, y)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_a_kernel_that_catches_the_signal_and_then_fails_runs_again() -> None:
+    def refuse() -> None:
+        raise RuntimeError("the in-place update failed")
+
+    def kernel(x, y):
+        _write_first_rows(x, y, refuse)
+        return x
+
+    x, y = _inputs(12)
+    out = nkisim.run(kernel, [x, y]).outputs
+    np.testing.assert_array_equal(out[:128], y[:128])
+    np.testing.assert_array_equal(out[128:], x[128:])
+
+
+@pytest.mark.parametrize("then", ["returns", "fails"])
+def test_two_cores_of_which_one_catches_the_signal_and_ends(then: str) -> None:
+    """kernel[2]: core 1 catches the signal and returns (or raises); core 0 issues nothing after it."""
+
+    def refuse() -> None:
+        if then == "fails":
+            raise RuntimeError("the in-place update failed")
+
+    def kernel(x, y):
+        if nl.program_id(0) == 1:
+            _write_first_rows(x, y, refuse)
+        return x
+
+    x, y = _inputs(13)
+    out = nkisim.run(nki.jit(kernel)[2], [x, y], target="trn2").outputs
+    np.testing.assert_array_equal(out[:128], y[:128])
+    np.testing.assert_array_equal(out[128:], x[128:])
