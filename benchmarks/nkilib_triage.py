@@ -228,6 +228,17 @@ TRIAGE: list[tuple[str, str, str]] = [
         "131,072 differ from the golden by one fp8 step, 1,061 of them by more than the 10% tolerance",
     ),
     (
+        r"test_moe_block_kernel_model\[.*_ae-1_.*Validation failed for \['out'\]",
+        "suite",
+        "the kernel routes each token by the top-k of its bfloat16 router values (router_topk: max8, then "
+        "nc_find_index8), the golden by the float32 logits. Checked on all nine by saving both outputs: in each, "
+        "one to three tokens differ (row norm over 5%, the whole error: the token reaches a local expert in one "
+        "and not in the other); for each such token the k-th and (k+1)-th experts swap or tie once rounded to "
+        "bfloat16 (e.g. experts 102 and 111 at 0.30165 and 0.30196 in float32 become 0.30273 and 0.30078; 24 "
+        "and 120 tie at 0.37695). Every other token is within 0.58% of the golden (row norm) and the router "
+        "logits within 0.0031 of it (bfloat16 rounding). Nearby shapes draw other data and pass",
+    ),
+    (
         r"test_moe_bwmm_mx_cte_unit\[2-3072-10240-384-128-.*Timeout \(?>",
         "timeout",
         "the suite's generate_stabilized_mx_data (test/integration/nkilib/utils/tensor_generators.py at "
