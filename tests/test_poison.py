@@ -101,3 +101,29 @@ def test_device_print_of_a_fresh_tile_shows_its_poison(capsys):
     nkisim.run(kernel, [rand(1, 1)])
     printed = capsys.readouterr().out
     assert "nan" in printed and "1." not in printed
+
+
+def test_an_earlier_runs_sbuf_bytes_are_never_seen():
+    """SBUF starts as whatever bytes the host gives (often the last run's); every tile is poisoned before use."""
+
+    def fill(x):
+        for _ in range(30):  # 30 x 8 KiB per partition: all of trn1's 192 KiB, set to 3.0
+            tile = nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf)
+            nisa.memset(tile, 3.0)
+        return store(tile[:, 0:8])
+
+    def read_fresh(x):
+        outs = []
+        for _ in range(24):
+            tile = nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf)
+            outs.append(store(tile[:, 2040:2048]))
+        placed = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf, address=(0, 100 * 1024))
+        outs.append(store(placed))
+        return outs
+
+    for _ in range(3):
+        assert (nkisim.run(fill, [rand(1, 1)]).outputs == 3.0).all()
+        with pytest.warns(nkisim.CheckWarning, match=r"\[uninitialized-read\]"):
+            outs = nkisim.run(read_fresh, [rand(1, 1)], check="warn").outputs
+        for out in outs:
+            assert (out.view(np.uint32) == 0xFFFFFFFF).all()

@@ -149,6 +149,9 @@ class OnChipMemory:
     name: str
     config: OnChipMemoryConfig
     plan: TilePlan | None = None
+    #: Whether the storage starts as zeros. A run that poisons every new tile never reads a byte no tile has
+    #: covered, so it leaves them as the host gives them (clearing 24 MiB of SBUF was most of a small run).
+    zeroed: bool = True
     storage: Storage = field(init=False)
     live: dict[int, Allocation] = field(init=False, default_factory=dict)
     used_bytes: int = field(init=False, default=0)
@@ -166,13 +169,19 @@ class OnChipMemory:
 
     def __post_init__(self) -> None:
         scale = RECORDING_SCALE if self.recording else 1
-        self.storage = Storage(self.name, self.config.partitions, self.config.bytes_per_partition * scale)
+        self.storage = self.new_storage(self.config.bytes_per_partition * scale)
         self._floor = self.config.bytes_per_partition if self.recording else 0
         # read at every tile: a pydantic model's property costs ~0.4 us
         self._align = self.config.alignment_bytes
         self._bank = self.config.bank_bytes if self.config.banks > 1 else None
         self._end = self.storage.row_bytes
         self._cursor = self._floor
+
+    def new_storage(self, bytes_per_partition: int) -> Storage:
+        """Bytes laid out as this memory's partitions (zeros only if :attr:`zeroed`)."""
+        shape = (self.config.partitions, bytes_per_partition)
+        data = None if self.zeroed else np.empty(shape, dtype=np.uint8)
+        return Storage(self.name, *shape, data=data)
 
     @property
     def recording(self) -> bool:

@@ -58,8 +58,9 @@ class MemorySystem:
         self.hw = hw
         self.poison = poison
         self.plan = plan
-        self.sbuf = OnChipMemory("sbuf", hw.sbuf, plan)
-        self.psum = OnChipMemory("psum", hw.psum, plan)
+        # with poison, every tile is filled when allocated: the memories' first bytes are never read
+        self.sbuf = OnChipMemory("sbuf", hw.sbuf, plan, zeroed=not poison)
+        self.psum = OnChipMemory("psum", hw.psum, plan, zeroed=not poison)
         #: While recording a plan: tensor uid -> (memory, allocation serial).
         self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
         #: Called with each new on-chip tensor and whether it was placed at an explicit address.
@@ -189,7 +190,7 @@ class MemorySystem:
         offset, row = alloc.offset, alloc.partition_offset
         storage = memory.storage
         if alloc.spilled_free >= 0:
-            storage = Storage(memory.name, memory.config.partitions, alloc.nbytes)
+            storage = memory.new_storage(alloc.nbytes)
             self.spilled[storage.uid] = storage
         start = row * storage.row_bytes + offset
         # positional arguments: numpy parses keywords at about twice the cost of the view itself
