@@ -43,7 +43,7 @@ from nkisim.hw import HwConfig, load_target
 from nkisim.isa.spec import needs
 from nkisim.memory import Tensor, to_dtype
 from nkisim.memory.liveness import PlanDivergedError, TilePlan
-from nkisim.memory.system import INPUT_BUFFER, BorrowedInputWritten
+from nkisim.memory.system import INPUT_BUFFER, BorrowedInputWritten, MemorySystem
 from nkisim.report import Profile
 from nkisim.sim.checks import CHECK_MODES, Findings
 from nkisim.sim.machine import DEFAULT_MAX_INSTRUCTIONS, Budget
@@ -436,17 +436,26 @@ def _simulate_one(
     for name, value in bound.arguments.items():
         bound.arguments[name] = _to_hbm(ctx, name, value, kernel, borrow)
     token = enter(ctx)
+    with _restart_if_signal_caught([ctx.memory]):
+        try:
+            returned = kernel.func(*bound.args, **bound.kwargs)
+        finally:
+            leave(token)
+    return [ctx], returned
+
+
+@contextlib.contextmanager
+def _restart_if_signal_caught(memories: list[MemorySystem]) -> Iterator[None]:
+    """Raise :class:`BorrowedInputWritten` at the end of a run whose kernel caught it (and went on or then failed):
+    the run is not the kernel's and must start again with copies."""
     try:
-        returned = kernel.func(*bound.args, **bound.kwargs)
+        yield
     except Exception:
-        if ctx.memory.borrow_broken:  # the kernel caught the signal of a write into a borrowed input, then failed
+        if any(memory.borrow_broken for memory in memories):
             raise BorrowedInputWritten("") from None
         raise
-    finally:
-        leave(token)
-    if ctx.memory.borrow_broken:  # the kernel caught the signal and went on: its run is not the kernel's
+    if any(memory.borrow_broken for memory in memories):
         raise BorrowedInputWritten("")
-    return [ctx], returned
 
 
 def _simulate_launch(
@@ -503,14 +512,8 @@ def _simulate_launch(
         bodies += [_program(kernel, ctx, bound) for ctx in ctxs[rank * cores : (rank + 1) * cores]]
     for ctx in ctxs:
         ctx.kernel_name = kernel.func.__qualname__
-    try:
+    with _restart_if_signal_caught([ctx.memory for ctx in ctxs]):
         returns = launch.run(bodies)
-    except Exception:
-        if any(ctx.memory.borrow_broken for ctx in ctxs):  # see _simulate_one
-            raise BorrowedInputWritten("") from None
-        raise
-    if any(ctx.memory.borrow_broken for ctx in ctxs):
-        raise BorrowedInputWritten("")
     return ctxs, returns[::cores]
 
 
