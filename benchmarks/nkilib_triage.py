@@ -120,6 +120,17 @@ TRIAGE: list[tuple[str, str, str]] = [
         "larger. Not a wrong result: they need a larger machine or -n 1",
     ),
     (
+        r"test_cross_entropy_backward\W.*reduction-sum\]: .*[Vv]alidation failed for \['grad_logits_hbm'\]",
+        "suite",
+        "the kernel overwrites its logits with the gradient (inplace=True, its default, documented as 'logits_hbm "
+        "is overwritten'); a simulator updates the caller's array as the kernel says, and the test's lazy golden is "
+        "computed after the run from that same array, so the golden is the gradient of the kernel's output. "
+        "Checked on [B-4_T-4096_V-32128 float32 CS-8192 sum] by saving both: nkisim's grad_logits is within 3e-8 "
+        "of a float64 softmax(logits) - onehot(target) of the original logits, and the golden is within 7e-9 of "
+        "the same formula applied to nkisim's output. With reduction 'mean' the error is scaled by 1/(B*T) and "
+        "falls inside the tolerance, so those members pass",
+    ),
+    (
         r"sbuf\d* bfloat16\[64, 65535\]",
         "suite",
         "the configuration breaks the kernel's own documented limit: test_cross_entropy_backward.py states that "
