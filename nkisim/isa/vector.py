@@ -129,8 +129,58 @@ def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> C
     return per_element_cost(engine, hw, n, per_element * stride_slowdown(hw, streams) / mode)
 
 
+_INT32_TYPES = (np.dtype(np.int32), np.dtype(np.uint32))
+
+
+def _as_flag(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64)
+
+
+#: GpSimd's native 32-bit integer arithmetic, on int64 copies of the values (the result wraps to 32 bits).
+_INTEGER_OPS = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "abs_max": lambda x, y: np.maximum(np.abs(x), np.abs(y)),
+    "abs_min": lambda x, y: np.minimum(np.abs(x), np.abs(y)),
+    "equal": lambda x, y: _as_flag(x == y),
+    "not_equal": lambda x, y: _as_flag(x != y),
+    "greater": lambda x, y: _as_flag(x > y),
+    "greater_equal": lambda x, y: _as_flag(x >= y),
+    "less": lambda x, y: _as_flag(x < y),
+    "less_equal": lambda x, y: _as_flag(x <= y),
+    "logical_and": lambda x, y: _as_flag((x != 0) & (y != 0)),
+    "logical_or": lambda x, y: _as_flag((x != 0) | (y != 0)),
+    "logical_xor": lambda x, y: _as_flag((x != 0) ^ (y != 0)),
+}
+
+
+def _all_int32(ops: TensorTensorOps) -> bool:
+    """Every tile int32 or uint32, the case NKI sends to GpSimd's integer ALU unless told otherwise."""
+    return all(t.dtype in _INT32_TYPES for t in (ops.dst, ops.data1, ops.data2))
+
+
+def _default_engine(ops: TensorTensorOps) -> Engine:
+    """GpSimd for ``nl.power``, and for arithmetic on int32/uint32 tiles none of which is in PSUM; else Vector."""
+    tiles = (ops.dst, ops.data1, ops.data2)
+    if ops.op == OPS["power"] or (
+        not ops.op.is_bitvec and _all_int32(ops) and all(t.buffer is not Buffer.psum for t in tiles)
+    ):
+        return Engine.gpsimd
+    return Engine.vector
+
+
 def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
-    return Engine.gpsimd if ops.op == OPS["power"] else Engine.vector
+    return _default_engine(ops)
+
+
+def _integer_native(ops: TensorTensorOps) -> bool:
+    """Whether the op runs in GpSimd's 32-bit integer arithmetic rather than float32 math."""
+    if ops.op.name not in _INTEGER_OPS or not _all_int32(ops):
+        return False
+    return (ops.engine if ops.engine is not Engine.unknown else _default_engine(ops)) is Engine.gpsimd
 
 
 @instruction(
@@ -141,14 +191,24 @@ def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
     cost=_tensor_tensor_cost,
     validate=_tensor_tensor_validate,
     choose_engine=_tensor_tensor_engine,
-    dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst)",
+    dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst; int32/uint32 on GpSimd: integer)",
 )
 def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
-    """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits)."""
+    """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits).
+
+    With every tile int32 or uint32, on GpSimd (its default for them outside PSUM), the
+    arithmetic is 32-bit integer arithmetic, exact and wrapping; ``divide`` and ``power``
+    stay float32 math.
+    """
     p = ops.dst.partitions
     if ops.op.is_bitvec:
         result = ops.op.binary(as_rows(ops.data1.array, p), as_rows(ops.data2.array, p))  # type: ignore[misc]
         ops.dst.array[...] = result.astype(ops.dst.dtype).reshape(ops.dst.shape)
+        return
+    if _integer_native(ops):
+        x, y = (as_rows(t.array, p).astype(np.int64) for t in (ops.data1, ops.data2))
+        result = _INTEGER_OPS[ops.op.name](x, y) & 0xFFFFFFFF  # wraps, as 32-bit registers do
+        ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
         return
     dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
     if (

@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+import nkisim
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 
@@ -159,3 +160,98 @@ def test_tensor_scalar_rsqrt_on_gpsimd(shape, dtype, op1, target, seed):
     elif op1 == "add":
         expected = expected + 3.0
     np.testing.assert_allclose(got.astype(np.float64), expected, rtol=4e-7 * 4)
+
+
+# -- tensor_tensor on int32/uint32 tiles: GpSimd's integer arithmetic -----------------
+
+#: The documented int32/uint32 arithmetic, on Python-sized integers; the result is taken modulo 2^32.
+INTEGER_REFERENCE = {
+    "add": lambda x, y: x + y,
+    "subtract": lambda x, y: x - y,
+    "multiply": lambda x, y: x * y,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "abs_max": lambda x, y: np.maximum(abs(x), abs(y)),
+    "abs_min": lambda x, y: np.minimum(abs(x), abs(y)),
+    "equal": lambda x, y: (x == y) * 1,
+    "not_equal": lambda x, y: (x != y) * 1,
+    "greater": lambda x, y: (x > y) * 1,
+    "greater_equal": lambda x, y: (x >= y) * 1,
+    "less": lambda x, y: (x < y) * 1,
+    "less_equal": lambda x, y: (x <= y) * 1,
+    "logical_and": lambda x, y: ((x != 0) & (y != 0)) * 1,
+    "logical_or": lambda x, y: ((x != 0) | (y != 0)) * 1,
+    "logical_xor": lambda x, y: ((x != 0) ^ (y != 0)) * 1,
+}
+
+INT32_KINDS = (INT32, np.dtype(np.uint32))
+
+
+def wrap_to(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Python integers taken modulo 2^32, as ``dtype``'s 32-bit two's complement pattern."""
+    return (
+        np.array([int(v) % 2**32 for v in values.ravel()], np.uint64)
+        .astype(np.uint32)
+        .view(dtype)
+        .reshape(values.shape)
+    )
+
+
+def test_tensor_tensor_int32_hand_cases():
+    """All-int32 tiles default to GpSimd's integer ALU: 2^24 + 1 survives, and int32 overflow wraps."""
+    a = np.array([[2**24 + 1, 2**31 - 1, -5, 70000]], np.int32)
+    b = np.array([[2, 1, 3, 70000]], np.int32)
+    got = run_tile(lambda d, x, y: nisa.tensor_tensor(d, x, y, nl.add), [a, b], a.shape, INT32)
+    np.testing.assert_array_equal(got, [[2**24 + 3, -(2**31), -2, 140000]])
+    got = run_tile(lambda d, x, y: nisa.tensor_tensor(d, x, y, nl.multiply), [a, b], a.shape, INT32)
+    # 70000^2 = 4,900,000,000 = 2^32 + 605,032,704
+    np.testing.assert_array_equal(got, [[2**25 + 2, 2**31 - 1, -15, 605_032_704]])
+    got = run_tile(lambda d, x, y: nisa.tensor_tensor(d, x, y, nl.equal), [a, a + 1], a.shape, INT32)
+    np.testing.assert_array_equal(got, [[0, 0, 0, 0]])  # in float32, 2^24 + 1 and 2^24 + 2 are equal
+
+
+def test_uint32_offsets_above_2_24():
+    """The row offsets of a large cache (uint32 index + uint32 iota base) are exact, as a scatter needs them."""
+    index = np.array([[6243], [6249], [7]], np.uint32)
+    base = np.array([[33 * 524288], [35 * 524288], [2**31]], np.uint32)
+    got = run_tile(lambda d, x, y: nisa.tensor_tensor(d, x, y, nl.add), [index, base], index.shape, np.uint32)
+    np.testing.assert_array_equal(got, index.astype(np.int64) + base.astype(np.int64))
+
+
+def test_int32_tensor_tensor_runs_on_gpsimd_unless_told():
+    """The timeline has the default on GpSimd, engine=vector on the Vector Engine, and a PSUM dst there too."""
+    a = np.arange(8, dtype=np.int32).reshape(1, 8)
+
+    def engine_of(engine, buffer):
+        def kernel(x):
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=buffer)
+            nisa.tensor_tensor(dst=out, data1=t, data2=t, op=nl.add, engine=engine)
+
+        profile = nkisim.run(kernel, [a]).profile
+        return {row.engine for row in profile.instructions if row.opcode == "tensor_tensor"}
+
+    assert engine_of(nisa.unknown_engine, nl.sbuf) == {"GpSimd"}
+    assert engine_of(nisa.vector_engine, nl.sbuf) == {"Vector"}
+    assert engine_of(nisa.unknown_engine, nl.psum) == {"Vector"}
+
+
+@FAST
+@given(
+    shape=st.tuples(partitions, st.integers(1, 32)),
+    op=st.sampled_from(sorted(INTEGER_REFERENCE)),
+    kinds=st.tuples(*[st.sampled_from(INT32_KINDS)] * 3),
+    target=targets,
+    seed=seeds,
+)
+def test_tensor_tensor_int32_matches_integer_reference(shape, op, kinds, target, seed):
+    """Any mix of int32/uint32 tiles: the exact integer result of the values, wrapped into dst's 32 bits."""
+    rng = np.random.default_rng(seed)
+    k1, k2, out = kinds
+    a = rng.integers(np.iinfo(k1).min, np.iinfo(k1).max, size=shape, endpoint=True).astype(k1)
+    b = rng.integers(np.iinfo(k2).min, np.iinfo(k2).max, size=shape, endpoint=True).astype(k2)
+    b.ravel()[::3] = a.ravel()[::3].astype(np.int64).clip(np.iinfo(k2).min, np.iinfo(k2).max)  # some ties
+    got = run_tile(lambda d, x, y: nisa.tensor_tensor(d, x, y, getattr(nl, op)), [a, b], shape, out, target=target)
+    xs, ys = a.astype(object), b.astype(object)
+    np.testing.assert_array_equal(got, wrap_to(INTEGER_REFERENCE[op](xs, ys), out))

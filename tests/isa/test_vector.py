@@ -306,10 +306,13 @@ def test_tensor_tensor_bitvec_hand_cases():
 
 @pytest.mark.filterwarnings(r"ignore:.*\[saturation\]:nkisim.CheckWarning")  # saturating casts on purpose
 def test_tensor_tensor_arithmetic_hand_cases():
-    """int32 inputs are cast to float32 (2^24 + 1 -> 2^24); results round to even when cast back."""
+    """On the Vector Engine int32 inputs are cast to float32 (2^24 + 1 -> 2^24); results round to even when
+    cast back."""
     a = np.array([[2**24 + 1, 3, 5, -3, 7]], np.int32)
     b = np.array([[0, 2, 2, 2, -7]], np.int32)
-    got = run_tile(lambda dst, x, y: nisa.tensor_tensor(dst, x, y, nl.add), [a, b], a.shape, INT32)
+    got = run_tile(
+        lambda dst, x, y: nisa.tensor_tensor(dst, x, y, nl.add, engine=nisa.vector_engine), [a, b], a.shape, INT32
+    )
     np.testing.assert_array_equal(got, [[2**24, 5, 7, -1, 0]])
     half = np.array([[0.5, 0.5, 0.5, 0.5, 0.5]], np.float32)
     got = run_tile(lambda dst, x, y: nisa.tensor_tensor(dst, x, y, nl.multiply), [a, half], a.shape, INT32)
@@ -327,13 +330,13 @@ def test_tensor_tensor_arithmetic_hand_cases():
     target=targets,
     seed=seeds,
 )
-def test_tensor_tensor_int32_on_gpsimd(shape, op, target, seed):
-    """The GpSimd Engine gives the same float32 arithmetic for int32 tiles in SBUF."""
+def test_tensor_tensor_int32_on_vector(shape, op, target, seed):
+    """On the Vector Engine (asked for) int32 tiles get float32 arithmetic, rounded back to int32."""
     rng = np.random.default_rng(seed)
     a = rng.integers(-(2**20), 2**20, size=shape).astype(INT32)
     b = rng.integers(-(2**20), 2**20, size=shape).astype(INT32)
     got = run_tile(
-        lambda dst, x, y: nisa.tensor_tensor(dst=dst, data1=x, data2=y, op=getattr(nl, op), engine=nisa.gpsimd_engine),
+        lambda dst, x, y: nisa.tensor_tensor(dst=dst, data1=x, data2=y, op=getattr(nl, op), engine=nisa.vector_engine),
         [a, b],
         shape,
         INT32,
