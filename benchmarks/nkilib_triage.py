@@ -110,6 +110,13 @@ TRIAGE: list[tuple[str, str, str]] = [
         "kernel runs on a 24 GB machine. Their smaller siblings, re-run alone, pass",
     ),
     (
+        r"test_attn_blk_model\[MODEL_WIP_\w+-131072-131072-.*crashed while running",
+        "memory",
+        "the test's torch golden over a 131072-position KV cache outgrows this 24 GB machine before the kernel "
+        "runs: measured alone, the process is in _golden_ref_via_torch (attention_tkg_torch.py) at 8.8 GB after "
+        "30 s and 14.8 GB after 50 s, and is killed at 24.3 GB after 71 s",
+    ),
+    (
         r"crashed while running|node down|Not properly terminated",
         "memory",
         "the xdist worker was killed for memory (24 GB machine, two workers at once). Measured with memray on "
@@ -224,13 +231,6 @@ TRIAGE: list[tuple[str, str, str]] = [
         "the test's golden fails: test_attention_block_tkg.py:1133 runs the torch reference before the kernel, and "
         "its QKV step (core/qkv/qkv_tkg_torch.py:166) cannot broadcast this configuration's tensors; nkisim "
         "never runs",
-    ),
-    (
-        r"test_attn_blk_model\[MODEL_WIP_\w+-131072-131072-.*crashed while running",
-        "memory",
-        "the test's torch golden over a 131072-position KV cache outgrows this 24 GB machine before the kernel "
-        "runs: measured alone, the process is in _golden_ref_via_torch (attention_tkg_torch.py) at 8.8 GB after "
-        "30 s and 14.8 GB after 50 s, and is killed at 24.3 GB after 71 s",
     ),
     (
         r"experimental\.subkernels\.test_topk_reduce: collection failure"
