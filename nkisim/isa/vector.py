@@ -131,30 +131,30 @@ def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> C
 
 _INT32_TYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 
-
-def _as_flag(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.int64)
-
-
-#: GpSimd's native 32-bit integer arithmetic, on int64 copies of the values (the result wraps to 32 bits).
-_INTEGER_OPS = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "multiply": np.multiply,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "abs_max": lambda x, y: np.maximum(np.abs(x), np.abs(y)),
-    "abs_min": lambda x, y: np.minimum(np.abs(x), np.abs(y)),
-    "equal": lambda x, y: _as_flag(x == y),
-    "not_equal": lambda x, y: _as_flag(x != y),
-    "greater": lambda x, y: _as_flag(x > y),
-    "greater_equal": lambda x, y: _as_flag(x >= y),
-    "less": lambda x, y: _as_flag(x < y),
-    "less_equal": lambda x, y: _as_flag(x <= y),
-    "logical_and": lambda x, y: _as_flag((x != 0) & (y != 0)),
-    "logical_or": lambda x, y: _as_flag((x != 0) | (y != 0)),
-    "logical_xor": lambda x, y: _as_flag((x != 0) ^ (y != 0)),
-}
+#: The operators GpSimd computes on the integers themselves (their results are integers); the others
+#: (``divide``, ``power``, ``reciprocal``, ...) keep float32 math there too.
+_INTEGER_OPS = frozenset(
+    [
+        "add",
+        "subtract",
+        "multiply",
+        "maximum",
+        "minimum",
+        "abs_max",
+        "abs_min",
+        "abs",
+        "square",
+        "equal",
+        "not_equal",
+        "greater",
+        "greater_equal",
+        "less",
+        "less_equal",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+    ]
+)
 
 
 def _all_int32(ops: TensorTensorOps) -> bool:
@@ -197,8 +197,8 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits).
 
     With every tile int32 or uint32, on GpSimd (its default for them outside PSUM), the
-    arithmetic is 32-bit integer arithmetic, exact and wrapping; ``divide`` and ``power``
-    stay float32 math.
+    arithmetic is 32-bit integer arithmetic, exact and wrapping; operators with fractional
+    results (``divide``, ``power``, ``reciprocal``) stay float32 math.
     """
     p = ops.dst.partitions
     if ops.op.is_bitvec:
@@ -207,7 +207,7 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         return
     if _integer_native(ops):
         x, y = (as_rows(t.array, p).astype(np.int64) for t in (ops.data1, ops.data2))
-        result = _INTEGER_OPS[ops.op.name](x, y) & 0xFFFFFFFF  # wraps, as 32-bit registers do
+        result = ops.op.binary(x, y).astype(np.int64) & 0xFFFFFFFF  # type: ignore[misc]  # wraps to 32 bits
         ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
         return
     dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
