@@ -112,7 +112,8 @@ def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> C
     """``max(MIN_II, c*N)`` cycles, c=2 on Vector with two SBUF inputs unless all bf16 add/mul/sub, else c=1.
 
     So ``max(MIN_II, N)`` Vector cycles with one input in SBUF and the other in PSUM.
-    GpSimd runs ``nl.power`` (or any op with ``engine=gpsimd``) at one element per cycle.
+    GpSimd (``nl.power``, int32/uint32 arithmetic by default, any op with ``engine=gpsimd``)
+    runs one element per cycle.
     """
     n = ops.data1.free_size
     streams = (ops.dst, ops.data1, ops.data2)
