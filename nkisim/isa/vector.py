@@ -132,30 +132,10 @@ def _tensor_tensor_cost(ops: TensorTensorOps, hw: HwConfig, engine: Engine) -> C
 
 _INT32_TYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 
-#: The operators GpSimd computes on the integers themselves (their results are integers); the others
-#: (``divide``, ``power``, ``reciprocal``, ...) keep float32 math there too.
-_INTEGER_OPS = frozenset(
-    [
-        "add",
-        "subtract",
-        "multiply",
-        "maximum",
-        "minimum",
-        "abs_max",
-        "abs_min",
-        "abs",
-        "square",
-        "equal",
-        "not_equal",
-        "greater",
-        "greater_equal",
-        "less",
-        "less_equal",
-        "logical_and",
-        "logical_or",
-        "logical_xor",
-    ]
-)
+#: Operators with fractional results, whose integer forms NKI does not describe: float32 math on GpSimd too.
+_FRACTIONAL_OPS = frozenset({"divide", "power", "reciprocal", "rsqrt"})
+#: The operators GpSimd computes on the integers themselves: every other arithmetic one.
+_INTEGER_OPS = frozenset(n for n, op in OPS.items() if op.binary is not None and not op.is_bitvec) - _FRACTIONAL_OPS
 
 
 def _all_int32(ops: TensorTensorOps) -> bool:
