@@ -140,10 +140,10 @@ _INTEGER_OPS = frozenset(n for n, op in OPS.items() if op.binary is not None and
 
 def _all_int32(ops: TensorTensorOps) -> bool:
     """Every tile int32 or uint32, the case NKI sends to GpSimd's integer ALU unless told otherwise."""
-    return all(t.dtype in _INT32_TYPES for t in (ops.dst, ops.data1, ops.data2))
+    return ops.dst.dtype in _INT32_TYPES and ops.data1.dtype in _INT32_TYPES and ops.data2.dtype in _INT32_TYPES
 
 
-def _default_engine(ops: TensorTensorOps) -> Engine:
+def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig | None = None) -> Engine:
     """GpSimd for ``nl.power``, and for arithmetic on int32/uint32 tiles none of which is in PSUM; else Vector."""
     tiles = (ops.dst, ops.data1, ops.data2)
     if ops.op == OPS["power"] or (
@@ -153,15 +153,11 @@ def _default_engine(ops: TensorTensorOps) -> Engine:
     return Engine.vector
 
 
-def _tensor_tensor_engine(ops: TensorTensorOps, hw: HwConfig) -> Engine:
-    return _default_engine(ops)
-
-
 def _integer_native(ops: TensorTensorOps) -> bool:
     """Whether the op runs in GpSimd's 32-bit integer arithmetic rather than float32 math."""
-    if ops.op.name not in _INTEGER_OPS or not _all_int32(ops):
+    if not _all_int32(ops) or ops.op.name not in _INTEGER_OPS:
         return False
-    return (ops.engine if ops.engine is not Engine.unknown else _default_engine(ops)) is Engine.gpsimd
+    return (ops.engine if ops.engine is not Engine.unknown else _tensor_tensor_engine(ops)) is Engine.gpsimd
 
 
 @instruction(
@@ -186,11 +182,6 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         result = ops.op.binary(as_rows(ops.data1.array, p), as_rows(ops.data2.array, p))  # type: ignore[misc]
         ops.dst.array[...] = result.astype(ops.dst.dtype).reshape(ops.dst.shape)
         return
-    if _integer_native(ops):
-        x, y = (as_rows(t.array, p).astype(np.int64) for t in (ops.data1, ops.data2))
-        result = ops.op.binary(x, y).astype(np.int64) & 0xFFFFFFFF  # type: ignore[misc]  # wraps to 32 bits
-        ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
-        return
     dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
     if (
         ops.op.binary in EXACT_UFUNCS
@@ -201,6 +192,11 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         # float32 in and out: the ufunc writes dst directly (numpy orders overlapping operands as if copied)
         with np.errstate(all="ignore"):
             ops.op.binary(data1, data2, out=dst)
+        return
+    if _integer_native(ops):
+        x, y = (as_rows(t.array, p).astype(np.int64) for t in (ops.data1, ops.data2))
+        result = ops.op.binary(x, y).astype(np.int64) & 0xFFFFFFFF  # type: ignore[misc]  # wraps to 32 bits
+        ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
         return
     write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
 
