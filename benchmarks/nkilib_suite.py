@@ -407,6 +407,38 @@ def _run_text(run: dict) -> str:
     return f"{', '.join(run['families'])} ({', '.join(notes)})"
 
 
+VERDICTS = ("suite", "memory", "timeout", "unmodelled", "nkisim", "untriaged")
+
+
+def verdict_counts(rows: list[dict[str, str]]) -> Counter:
+    """How many of ``rows``' failures and errors each verdict of :data:`TRIAGE` holds (untriaged included)."""
+    return Counter(triage(row)[0] for row in rows if row["outcome"] in ("failed", "error"))
+
+
+def summary_lines(records: list[dict]) -> list[str]:
+    """One row per record: its totals, its pass rate, the rate without the failures triaged as the suite's
+    own (the checkout's defects and golden differences, which fail on any runtime), and the verdicts."""
+    out = [
+        "## Summary",
+        "",
+        'Without "suite": the same rate with the failures triaged as the suite\'s own (below) left out of',
+        "the tests run.",
+        "",
+        '| target | subset | passed | failed + errors | pass rate | without "suite" | ' + " | ".join(VERDICTS) + " |",
+        "|---|---|---:|---:|---:|---:|" + "---:|" * len(VERDICTS),
+    ]
+    for record in records:
+        outcomes = Counter(row["outcome"] for row in record["tests"])
+        verdicts = verdict_counts(record["tests"])
+        failed = outcomes["failed"] + outcomes["error"]
+        without_suite = Counter(passed=outcomes["passed"], failed=failed - verdicts["suite"])
+        out.append(
+            f"| {record['target']} | {record['subset']} | {outcomes['passed']:,} | {failed:,} | {_rate(outcomes)} | "
+            f"{_rate(without_suite)} | " + " | ".join(str(verdicts[v]) for v in VERDICTS) + " |"
+        )
+    return [*out, ""]
+
+
 def write_doc(path: Path = DOC) -> None:
     """Rewrite the conformance document from every recorded target."""
     records = [json.loads(p.read_text()) for p in recorded_runs()]
@@ -428,6 +460,7 @@ def write_doc(path: Path = DOC) -> None:
         "The fast-subset runs of trn1, trn2 and trn3 of 2026-11-22, whose per-test records were not kept, are in",
         "[nkilib-conformance-2026-11-22.md](nkilib-conformance-2026-11-22.md).",
         "",
+        *summary_lines(records),
     ]
     for record in records:
         table = counts(record["tests"])
@@ -487,7 +520,7 @@ def write_doc(path: Path = DOC) -> None:
                 groups[verdict, why].append(row["id"].split("::")[-1])
         if not groups:
             continue
-        out += [f"### {record['target']}", ""]
+        out += [f"### {record['target']} ({record['subset']} subset)", ""]
         for (verdict, why), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], -len(kv[1]))):
             shown = ", ".join(f"`{i}`" for i in ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
             out.append(f"- **{verdict}** ({len(ids)}): {why.replace('|', '/')} — {shown}")

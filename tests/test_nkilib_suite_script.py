@@ -62,6 +62,16 @@ def test_an_unknown_failure_is_untriaged_with_its_message_shape():
     assert (verdict, why) == ("untriaged", "ValueError: # is not #")
 
 
+def test_the_summary_gives_the_rate_with_and_without_the_suites_own_failures():
+    suite_failure = {"id": "a::test_quantize_mx_hw[P-32]", "message": "Validation failed", "outcome": "failed"}
+    unknown = {"id": "a::test_b", "message": "ValueError: 3 is not 4", "outcome": "error"}
+    rows = [{"outcome": "passed"}] * 7 + [{"outcome": "skipped"}] + [suite_failure, unknown]
+    record = {"target": "trn2", "subset": "all", "tests": rows}
+    [row] = [line for line in suite.summary_lines([record]) if line.startswith("| trn2")]
+    # 7 of 9 run pass (77.8%); without the one suite failure, 7 of 8 (87.5%); one untriaged
+    assert row == "| trn2 | all | 7 | 2 | 77.8% | 87.5% | 1 | 0 | 0 | 0 | 0 | 1 |"
+
+
 def test_whole_suite_runs_are_kept_apart_from_fast_ones_and_other_records_are_ignored(tmp_path, monkeypatch):
     monkeypatch.setattr(suite, "RESULTS", tmp_path)
     assert suite.results_path("trn2", False).name == "trn2.json"
