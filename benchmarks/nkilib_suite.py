@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
@@ -388,8 +389,9 @@ def skip_counts(rows: list[dict[str, str]]) -> Counter:
 
 
 def _rate(c: Counter) -> str:
+    """passed / (passed + failed + error), rounded down to a tenth of a per cent (94.96% must not read as 95%)."""
     ran = c["passed"] + c["failed"] + c["error"]
-    return f"{100 * c['passed'] / ran:.1f}%" if ran else "-"  # one decimal: 94.7% must not read as 95%
+    return f"{math.floor(1000 * c['passed'] / ran) / 10:.1f}%" if ran else "-"
 
 
 def _run_text(run: dict) -> str:
@@ -411,31 +413,45 @@ VERDICTS = ("suite", "memory", "timeout", "unmodelled", "nkisim", "untriaged")
 
 
 def verdict_counts(rows: list[dict[str, str]]) -> Counter:
-    """How many of ``rows``' failures and errors each verdict of :data:`TRIAGE` holds (untriaged included)."""
+    """How many of ``rows``' failures and errors each verdict of ``nkilib_triage.TRIAGE`` holds (untriaged too)."""
     return Counter(triage(row)[0] for row in rows if row["outcome"] in ("failed", "error"))
 
 
 def summary_lines(records: list[dict]) -> list[str]:
-    """One row per record: its totals, its pass rate, the rate without the failures triaged as the suite's
-    own (the checkout's defects and golden differences, which fail on any runtime), and the verdicts."""
+    """The summary section: a row per record with the tests it holds, its totals, its pass rate, the rate
+    without the failures triaged as the suite's own (the checkout's defects and golden differences, which fail
+    on any runtime), and the count of each verdict."""
     out = [
         "## Summary",
         "",
-        'Without "suite": the same rate with the failures triaged as the suite\'s own (below) left out of',
-        "the tests run.",
+        "Recorded: the tests a record holds, skipped ones included (a whole-suite record holds the families run",
+        "so far, of the suite's tests). Without \"suite\": the pass rate with the failures triaged as the suite's",
+        "own (below) counted neither as passed nor as run.",
         "",
-        '| target | subset | passed | failed + errors | pass rate | without "suite" | ' + " | ".join(VERDICTS) + " |",
-        "|---|---|---:|---:|---:|---:|" + "---:|" * len(VERDICTS),
+        '| target | subset | recorded | passed | failed + errors | pass rate | without "suite" | '
+        + " | ".join(VERDICTS)
+        + " |",
+        "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(VERDICTS),
     ]
     for record in records:
-        outcomes = Counter(row["outcome"] for row in record["tests"])
-        verdicts = verdict_counts(record["tests"])
+        rows = record["tests"]
+        outcomes = Counter(row["outcome"] for row in rows)
+        verdicts = verdict_counts(rows)
+        assert set(verdicts) <= set(VERDICTS), f"a verdict the summary has no column for: {set(verdicts)}"
         failed = outcomes["failed"] + outcomes["error"]
         without_suite = Counter(passed=outcomes["passed"], failed=failed - verdicts["suite"])
-        out.append(
-            f"| {record['target']} | {record['subset']} | {outcomes['passed']:,} | {failed:,} | {_rate(outcomes)} | "
-            f"{_rate(without_suite)} | " + " | ".join(str(verdicts[v]) for v in VERDICTS) + " |"
-        )
+        recorded = f"{len(rows):,}" + (f" of {SUITE_TESTS:,}" if record["subset"] == "all" else "")
+        cells = [
+            record["target"],
+            record["subset"],
+            recorded,
+            f"{outcomes['passed']:,}",
+            f"{failed:,}",
+            _rate(outcomes),
+            _rate(without_suite),
+            *(f"{verdicts[v]:,}" for v in VERDICTS),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
     return [*out, ""]
 
 

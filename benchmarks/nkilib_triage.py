@@ -144,11 +144,12 @@ TRIAGE: list[tuple[str, str, str]] = [
         "a kernel defect: for a sliding window <= 128 attention_cte.py sets use_swa_optimized_allocation, which gives "
         "exp_sb and exp_tp_sb two buffers for a section's four 2048-key tiles (tiles 0/2 and 1/3 share one), on the "
         "premise that a Q group needs at most two adjacent tiles. With strided Q slicing a group spans 4096 "
-        "positions, and _has_any_compute_swa assumes rank 0 for its lower bound, so the last 512 keys of tile 1 are "
-        "computed too: tile 3's exp overwrites them before the P@V of tile 1 reads them, in program order, as on "
-        "hardware. Checked on [True-True-2-...-32-31-128-2-...] against a float64 reference: nkisim's output equals "
-        "the reference plus, for each row with keys in the section's last 128, those softmax weights times the V "
-        "rows 4096 earlier (to 5e-3; the failing rows are off by up to 0.98), i.e. rows 252-255 of every 256",
+        "positions, and _has_any_compute_swa assumes rank 0 for its lower bound, so the exp of tile 1's last 512 "
+        "keys is computed too, and of those the P@V keeps the last 128-key V tile; tile 3's exp overwrites that "
+        "block before the P@V of tile 1 reads it, in program order, as hardware would execute it. Checked on "
+        "[True-True-2-...-32-31-128-2-...] against a float64 reference: nkisim's output equals the reference plus, "
+        "for each row with keys in a section's last 128, those softmax weights times the V rows 4096 earlier (to "
+        "5e-3; the failing rows are off by up to 0.98), i.e. rows 252-255 of every 256",
     ),
     (
         r"sbuf\d* bfloat16\[64, 65535\]",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -62,14 +63,28 @@ def test_an_unknown_failure_is_untriaged_with_its_message_shape():
     assert (verdict, why) == ("untriaged", "ValueError: # is not #")
 
 
-def test_the_summary_gives_the_rate_with_and_without_the_suites_own_failures():
-    suite_failure = {"id": "a::test_quantize_mx_hw[P-32]", "message": "Validation failed", "outcome": "failed"}
-    unknown = {"id": "a::test_b", "message": "ValueError: 3 is not 4", "outcome": "error"}
-    rows = [{"outcome": "passed"}] * 7 + [{"outcome": "skipped"}] + [suite_failure, unknown]
-    record = {"target": "trn2", "subset": "all", "tests": rows}
-    [row] = [line for line in suite.summary_lines([record]) if line.startswith("| trn2")]
-    # 7 of 9 run pass (77.8%); without the one suite failure, 7 of 8 (87.5%); one untriaged
-    assert row == "| trn2 | all | 7 | 2 | 77.8% | 87.5% | 1 | 0 | 0 | 0 | 0 | 1 |"
+def test_the_summary_gives_the_rate_with_and_without_the_suites_own_failures(monkeypatch):
+    verdicts = {"a::suite_fault": ("suite", ""), "a::unknown": ("untriaged", "")}
+    monkeypatch.setattr(suite, "triage", lambda row: verdicts[row["id"]])
+    rows = [{"id": "a::ok", "outcome": "passed"}] * 7 + [{"id": "a::skip", "outcome": "skipped"}]
+    rows += [{"id": "a::suite_fault", "outcome": "failed"}, {"id": "a::unknown", "outcome": "error"}]
+    records = [
+        {"target": "trn2", "subset": "all", "tests": rows},
+        {"target": "trn3", "subset": "fast", "tests": [{"id": "a::skip", "outcome": "skipped"}]},
+    ]
+    lines = suite.summary_lines(records)
+    header = next(line for line in lines if line.startswith("| target"))
+    trn2, trn3 = (next(line for line in lines if line.startswith(f"| {t} ")) for t in ("trn2", "trn3"))
+    # 10 recorded; 7 of 9 run pass (77.7%, rounded down); without the suite failure 7 of 8 (87.5%)
+    assert trn2 == f"| trn2 | all | 10 of {suite.SUITE_TESTS:,} | 7 | 2 | 77.7% | 87.5% | 1 | 0 | 0 | 0 | 0 | 1 |"
+    assert trn3 == "| trn3 | fast | 1 | 0 | 0 | - | - | 0 | 0 | 0 | 0 | 0 | 0 |"  # nothing run: no rate
+    assert header.count("|") == trn2.count("|") == trn3.count("|")
+
+
+def test_a_rate_is_rounded_down_so_that_it_never_reaches_a_bar_it_misses():
+    assert suite._rate(Counter(passed=9_496, failed=504)) == "94.9%"  # 94.96%
+    assert suite._rate(Counter(passed=1, failed=2)) == "33.3%"
+    assert suite._rate(Counter(passed=2, failed=1)) == "66.6%"
 
 
 def test_whole_suite_runs_are_kept_apart_from_fast_ones_and_other_records_are_ignored(tmp_path, monkeypatch):
