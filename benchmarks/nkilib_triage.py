@@ -117,6 +117,15 @@ TRIAGE: list[tuple[str, str, str]] = [
         "30 s and 14.8 GB after 50 s, and is killed at 24.3 GB after 71 s",
     ),
     (
+        r"test_attn_blk_model\[.*Incorrect shape for weight scale for row quantization, expected \(128, \d+\), "
+        r"got \(128, 1\)",
+        "suite",
+        "the same defect on the output projection: for quantized configurations test_attention_block_tkg.py:683 "
+        "builds the output weight scale as one value broadcast to (128, 1), and output_projection_tkg.py:411 "
+        "(nki-library commit d2ad3a5) asserts a per-column (128, H) scale for row quantization; the kernel rejects "
+        "its input before computing (seen with batches of 256 and 512)",
+    ),
+    (
         r"test_attn_blk_model\[MODEL_WIP_GENERALITY_\d+-\d+-128-\d+-None-(10240|262144)-\d+-.*crashed while running",
         "memory",
         "killed at 24 GB with one worker (-n 1, nothing else running): the test's torch golden for these batches "
