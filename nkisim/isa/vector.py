@@ -175,7 +175,7 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
 
     With every tile int32 or uint32, on GpSimd (its default for them outside PSUM), the
     arithmetic is 32-bit integer arithmetic, exact and wrapping; operators with fractional
-    results (``divide``, ``power``, ``reciprocal``) stay float32 math.
+    results (``divide``, ``power``, ``reciprocal``, ``rsqrt``) stay float32 math.
     """
     p = ops.dst.partitions
     if ops.op.is_bitvec:
