@@ -7,6 +7,8 @@ own, and a call that breaks a rule still fails after others with its shapes pass
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,8 @@ from nkisim.examples.softmax import softmax_rows
 from nkisim.hw import load_target
 from nkisim.isa import OPS
 from nkisim.memory import Buffer, Tensor
+from nkisim.memory import tensor as tensor_module
+from nkisim.memory.dtypes import TFLOAT32
 from nkisim.sim import Instruction, Machine
 from nkisim.sim import machine as machine_module
 from nkisim.sim.plans import call_key
@@ -120,3 +124,61 @@ def test_a_reused_plan_loads_each_stationary_tile() -> None:
         patch.setattr(machine_module, "MAX_PLANS", 0)
         unplanned = nkisim.profile(two_stationaries, [spec, spec])
     assert _records(planned) == _records(unplanned)
+
+
+def _geometry_by_definition(view: Tensor) -> tuple[object, ...]:
+    """What a view's geometry stands for (Tensor.geometry's docstring), from its numpy array and region."""
+    region = view.region
+    return (
+        view.dtype,
+        id(view.dtype),
+        view.buffer,
+        view.array.shape,
+        view.array.strides,
+        region.r0,
+        region.r1,
+        view.byte_offset // view.storage.row_bytes,
+    )
+
+
+@pytest.mark.parametrize("memo_size", [2, 1 << 16])
+def test_views_share_a_geometry_number_exactly_when_their_geometries_are_equal(
+    memo_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tensor_module, "_MAX_GEOMETRIES", memo_size)  # 2: the memo starts again many times
+    machine = Machine(load_target("trn2"), compute=False)
+    tiles = [
+        _tile(machine),
+        _tile(machine),
+        _tile(machine, (128, 64), np.int32),
+        machine.memory.new_tensor((128, 64), TFLOAT32, Buffer.sbuf),
+        _tile(machine, (128, 128)),
+        machine.memory.new_tensor((128, 64), np.dtype(np.float32), Buffer.psum),
+    ]
+    views = []
+    for tile in tiles:
+        views += [tile, tile[:, 0:32], tile[:, 32:64], tile[0:64, :], tile[64:128, :], tile[:, 0:64:2]]
+    definitions = [_geometry_by_definition(v) for v in views]
+    numbers = [v.geometry for v in views]
+    for i in range(len(views)):
+        for j in range(len(views)):
+            # with a memo of 2 a geometry may get a new number after a restart, never another geometry's
+            if definitions[i] != definitions[j]:
+                assert numbers[i] != numbers[j], (i, j)
+            elif memo_size > 2:
+                assert numbers[i] == numbers[j], (i, j)
+    assert numbers[0] != numbers[3 * 6]  # tfloat32 is an equal dtype to float32, not the same one
+    if memo_size > 2:
+        assert numbers[0] == numbers[6]  # two tiles of one shape and dtype: one plan serves both
+
+
+def test_an_operator_is_keyed_by_the_very_object_and_kept_alive_by_its_plan() -> None:
+    machine = Machine(load_target("trn2"), compute=False)
+    a, b, out = _tile(machine), _tile(machine), _tile(machine)
+    twin = copy.copy(OPS["add"])
+    assert twin == OPS["add"] and twin is not OPS["add"]
+    for op in (OPS["add"], twin, OPS["add"]):
+        machine.issue(Instruction("tensor_tensor", {"dst": out, "data1": a, "data2": b, "op": op}, LOC))
+    assert len(machine._plans) == 2
+    kept = {id(op) for plan in machine._plans.values() for op in plan.operators}
+    assert kept == {id(OPS["add"]), id(twin)}

@@ -15,6 +15,7 @@ Dispatch is by name through :data:`REGISTRY`, never by ``if`` over names.
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -256,7 +257,7 @@ class InstructionSpec:
     #: How kernels name the instruction's module: ``nisa`` (``nki.isa``), ``ncc`` (``nki.collectives``).
     namespace: str = "nisa"
 
-    @property
+    @functools.cached_property
     def qualname(self) -> str:
         """The name kernels call it by, as error messages give it (``nisa.tensor_tensor``, ``ncc.all_gather``)."""
         return f"{self.namespace}.{self.name}"

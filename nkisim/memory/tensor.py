@@ -33,6 +33,15 @@ from nkisim.memory.views import DynSlice, Region, check_slice, region_of
 
 _tensor_ids = itertools.count(1)
 
+#: Operand geometries (:attr:`Tensor.geometry`) by the tuple of what they are made of. A view's geometry is
+#: a small int from here, so that the plan and rule tables key on it without hashing a dtype, an enum
+#: member and two tuples at every instruction. A number is never given twice (a new one after the memo
+#: starts again), so two views share one only when their geometries are equal.
+_geometry_numbers: dict[tuple[object, ...], int] = {}
+_next_geometry_number = itertools.count(1).__next__
+#: Past this many geometries the memo starts again.
+_MAX_GEOMETRIES = 1 << 16
+
 
 def uid_mark() -> int:
     """A number larger than every :attr:`Tensor.uid` so far and at most every later one."""
@@ -88,7 +97,7 @@ class Tensor:
         self._base = base
         self._region: Region | None = None
         self._start: int | None = None
-        self._geometry: tuple[object, ...] | None = None
+        self._geometry: int | None = None
         self._row_box: tuple[int, int, int, int] | bool | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
@@ -253,12 +262,13 @@ class Tensor:
         return self._region
 
     @property
-    def geometry(self) -> tuple[object, ...] | None:
-        """What rules and costs may read of this view, as a hashable key; None for a dynamic or defective view.
+    def geometry(self) -> int | None:
+        """What rules and costs may read of this view, as a number; None for a dynamic or defective view.
 
-        The dtype (and its identity: float32 and tfloat32 are equal dtypes), buffer, shape, strides,
-        the partition rows of :attr:`region` and the first partition. Two views with the same
-        geometry differ only in where their bytes are within a partition and in their values.
+        The number stands for the dtype (and its identity: float32 and tfloat32 are equal dtypes), buffer,
+        shape, strides, the partition rows of :attr:`region` and the first partition: two views have the
+        same number exactly when all of these are equal, and then differ only in where their bytes are
+        within a partition and in their values.
         """
         geometry = self._geometry
         if geometry is None:
@@ -268,16 +278,13 @@ class Tensor:
             array = self.array
             dtype = self.dtype
             first = self.byte_offset // self.storage.row_bytes
-            geometry = self._geometry = (
-                dtype,
-                id(dtype),
-                self.buffer,
-                array.shape,
-                array.strides,
-                region.r0,
-                region.r1,
-                first,
-            )
+            key = (dtype, id(dtype), self.buffer, array.shape, array.strides, region.r0, region.r1, first)
+            geometry = _geometry_numbers.get(key)
+            if geometry is None:
+                if len(_geometry_numbers) >= _MAX_GEOMETRIES:
+                    _geometry_numbers.clear()
+                geometry = _geometry_numbers.setdefault(key, _next_geometry_number())
+            self._geometry = geometry
         return geometry
 
     @property

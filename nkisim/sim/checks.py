@@ -416,7 +416,7 @@ class Checker:
         used = f", and {opcode} at {loc} uses them ({operand})"
         self.report("error", "uninitialized-read", origin_loc, origin_opcode, what + used + _FIX)
 
-    def _operand_rules(self, opcode: str, loc: SourceLoc, name: str, t: Tensor, geometry: object) -> None:
+    def _operand_rules(self, opcode: str, loc: SourceLoc, name: str, t: Tensor, geometry: int | None) -> None:
         """The partition-start rule and the access-pattern field limits of an engine's on-chip operand.
 
         Both depend only on the view's geometry (``t.geometry``): one that passes is remembered, and

@@ -56,6 +56,8 @@ class Plan:
         fields_set: the model's explicitly given fields.
         reads, writes: the tensor arguments read and written, in the spec's order (None: the operand
             model's ``accessed()`` gives views of its arguments, so each call asks it).
+        operators: the operator arguments, kept alive so that no other object takes the ids the key
+            names them by.
     """
 
     engine: Engine
@@ -67,6 +69,7 @@ class Plan:
     fields_set: frozenset[str]
     reads: tuple[str, ...] | None
     writes: tuple[str, ...] | None
+    operators: tuple[Op, ...] = ()
 
 
 def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | None:
@@ -81,6 +84,10 @@ def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | Non
                 return None
             append(name)
             append(geometry)
+            continue
+        if cls is Op:  # the very operator, named by its id: the plan keeps it alive (Plan.operators)
+            append(name)
+            append((cls, id(value)))
             continue
         scalar = _scalar_key(value, cls)
         if scalar is None:
@@ -150,6 +157,7 @@ def make_plan(
         fields_set=frozenset(ops.model_fields_set),
         reads=tuple(name for name, _ in reads) if plain else None,
         writes=tuple(name for name, _ in writes) if plain else None,
+        operators=tuple(value for value in arguments.values() if value.__class__ is Op),
     )
 
 
