@@ -222,7 +222,12 @@ class Machine:
             self._execute(spec, ops, engine, loc)
         if checker is not None:
             checker.after(spec, engine, tensor_writes)
-        reads, writes = self._accesses(spec, ops, tensor_reads, tensor_writes)
+        if plan is not None and plan.reads is not None and spec.extra_accesses is None:
+            # a plan's operands are static views (call_key): their regions are all the instruction accesses
+            reads = [t.region for _, t in tensor_reads]
+            writes = [t.region for _, t in tensor_writes]
+        else:
+            reads, writes = self._accesses(spec, ops, tensor_reads, tensor_writes)
         if plan is None:
             cost = spec.cost(ops, self.hw, engine)
             summary = _summary(ops) if self.operands else ()
