@@ -38,6 +38,9 @@ MAX_PLANS = 4096
 
 #: Scalar kinds keyed by (class, value): immutable, and equal only to values that behave alike.
 _PLAIN = (int, bool, str, type(None))
+#: Argument kinds keyed by (class, id): operators and enum members, told apart by identity (an isa operator and
+#: the ``nl`` constant equal to it), without calling their Python-level ``__hash__`` at every call.
+_PINNED = (Op, Enum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +59,8 @@ class Plan:
         fields_set: the model's explicitly given fields.
         reads, writes: the tensor arguments read and written, in the spec's order (None: the operand
             model's ``accessed()`` gives views of its arguments, so each call asks it).
-        operators: the operator arguments, kept alive so that no other object takes the ids the key
-            names them by.
+        pinned: the operator and enum arguments, kept alive so that no other object takes the ids the
+            key names them by.
     """
 
     engine: Engine
@@ -69,7 +72,7 @@ class Plan:
     fields_set: frozenset[str]
     reads: tuple[str, ...] | None
     writes: tuple[str, ...] | None
-    operators: tuple[Op, ...] = ()
+    pinned: tuple[object, ...] = ()
 
 
 def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | None:
@@ -85,7 +88,11 @@ def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | Non
             append(name)
             append(geometry)
             continue
-        if cls is Op:  # the very operator, named by its id: the plan keeps it alive (Plan.operators)
+        if cls in _PLAIN:
+            append(name)
+            append((cls, value))
+            continue
+        if isinstance(value, _PINNED):  # the very object, named by its id: the plan keeps it alive (Plan.pinned)
             append(name)
             append((cls, id(value)))
             continue
@@ -157,7 +164,7 @@ def make_plan(
         fields_set=frozenset(ops.model_fields_set),
         reads=tuple(name for name, _ in reads) if plain else None,
         writes=tuple(name for name, _ in writes) if plain else None,
-        operators=tuple(value for value in arguments.values() if value.__class__ is Op),
+        pinned=tuple(value for value in arguments.values() if isinstance(value, _PINNED)),
     )
 
 

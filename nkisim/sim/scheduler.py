@@ -248,9 +248,15 @@ class Scheduler:
         table = cost.table
         self._table_ids.append(-1 if table is None else self._tables.setdefault(table, len(self._tables)))
         self._dma.extend(cost.dma_engines or (0, self._dma_engines))
-        rows, row = self._regions, self.tracker.row
+        rows, tracker = self._regions, self.tracker
+        row, grid_of, cleared = tracker.row, tracker._grid_of, tracker._cleared_bytes
         for region in (*reads, *writes):
-            rows.extend(row(region))
+            storage, r0, r1, b0, b1 = region
+            g = grid_of.get(storage.uid)
+            if g is None or b1 > cleared[g]:  # a new storage, or bytes past what its maps have cleared
+                rows.extend(row(region))
+            else:  # what tracker.row gives, without the call
+                rows.extend((g, r0, r1, b0, b1))
         self._region_ends.append(len(rows) // 5)
         self._reads.append(len(reads))
         key = cost.setup_key
