@@ -205,3 +205,28 @@ def test_sites_that_differ_in_a_scalar_share_their_other_operands() -> None:
     shared = [name for name in first if name != "scale" and first[name] is second[name]]
     assert "data" in shared and "op" in shared
     assert kept.sites[1].source == SourceLoc(kept.sites[2].file, kept.sites[2].line, kept.sites[2].function)
+
+
+def test_locations_deep_in_a_long_kernel_and_two_calls_on_one_line() -> None:
+    """Locations are memoised by call site: each call still reports its own line, however far into its function."""
+    pad = 1500
+    lines = [
+        "def long_kernel(a, steps):",
+        "    x = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)",
+        "    nisa.dma_copy(dst=x, src=a)",
+        *[f"    pad{i} = {i}" for i in range(pad)],
+        "    for i in range(steps):",
+        "        nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.add); nisa.activation(dst=x, op=nl.exp, data=x)",
+        "        nisa.tensor_scalar(dst=x, data=x, op0=nl.multiply, operand0=0.5)",
+        "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)",
+        "    nisa.dma_copy(dst=out, src=x)",
+        "    return out",
+    ]
+    namespace = {"nl": nl, "nisa": nisa}
+    exec(compile("\n".join(lines), "long_kernel.py", "exec"), namespace)
+    loop = 1 + 3 + pad + 1  # the 1-based line of the loop's first statement
+    steps = 3
+    tl = nkisim.profile(nki.jit(namespace["long_kernel"]), {"a": ((4, 8), "float32"), "steps": steps})._tl
+    expected = [3] + [loop, loop, loop + 1] * steps + [loop + 3]
+    assert [(loc.file, loc.line) for loc in tl.source] == [("long_kernel.py", line) for line in expected]
+    assert tl.opcode == ["dma_copy"] + ["tensor_tensor", "activation", "tensor_scalar"] * steps + ["dma_copy"]

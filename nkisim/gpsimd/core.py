@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from nkisim.errors import _EXAMPLES_DIR, _PACKAGE_DIR, SourceLoc, user_location
+from nkisim.errors import SourceLoc, user_location
 from nkisim.gpsimd.errors import GpsimdStackOverflow, GpsimdUndefinedBehavior
 from nkisim.hw.gpsimd import GpsimdConfig
 
@@ -38,21 +37,10 @@ class Record(NamedTuple):
 #: Builds a :class:`Record` from a tuple without the keyword-argument constructor (hot path).
 _record = functools.partial(tuple.__new__, Record)
 
-_LOCS: dict[tuple[str, int], SourceLoc] = {}
-
 
 def caller_location() -> SourceLoc:
-    """:func:`nkisim.errors.user_location`, fast when the API function was called straight from the kernel."""
-    frame = sys._getframe(2)
-    code = frame.f_code
-    name = code.co_filename
-    if name.startswith(_PACKAGE_DIR) and not name.startswith(_EXAMPLES_DIR):
-        return user_location(3)
-    key = (name, frame.f_lineno)
-    loc = _LOCS.get(key)
-    if loc is None:
-        loc = _LOCS[key] = SourceLoc(name, frame.f_lineno, code.co_name)
-    return loc
+    """:func:`nkisim.errors.user_location` of the kernel code that called the API function calling this."""
+    return user_location(3)
 
 
 class ChargedArray(np.ndarray):
