@@ -146,6 +146,7 @@ def test_views_share_a_geometry_number_exactly_when_their_geometries_are_equal(
     memo_size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tensor_module, "_MAX_GEOMETRIES", memo_size)  # 2: the memo starts again many times
+    monkeypatch.setattr(tensor_module, "_geometry_numbers", {})  # whatever earlier tests numbered
     machine = Machine(load_target("trn2"), compute=False)
     tiles = [
         _tile(machine),

@@ -267,8 +267,9 @@ class Tensor:
 
         The number stands for the dtype (and its identity: float32 and tfloat32 are equal dtypes), buffer,
         shape, strides, the partition rows of :attr:`region` and the first partition: two views have the
-        same number exactly when all of these are equal, and then differ only in where their bytes are
-        within a partition and in their values.
+        same number only when all of these are equal, and then differ only in where their bytes are within a
+        partition and in their values (equal geometries may get different numbers once the memo has started
+        again, which costs a plan, never a wrong one).
         """
         geometry = self._geometry
         if geometry is None:

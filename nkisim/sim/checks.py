@@ -102,8 +102,8 @@ class Checker:
         self._shadows: dict[int, np.ndarray] = {}
         #: Per byte marked _CARRIED: the number of its entry in ``_origins`` (1-based).
         self._origin_maps: dict[int, np.ndarray] = {}
-        #: View geometries (partition rows, shape, strides, itemsize) that passed the operand rules.
-        self._legal_geometries: set[object] = set()
+        #: The geometry numbers (``Tensor.geometry``) of views that passed the operand rules.
+        self._legal_geometries: set[int] = set()
         #: The tensor fields each operand model only reads, by model class.
         self._inputs: dict[type, frozenset[str]] = {}
         #: Tiles (allocation uids) every byte of which has been written (see :meth:`_taint`).
