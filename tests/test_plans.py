@@ -141,7 +141,7 @@ def _geometry_by_definition(view: Tensor) -> tuple[object, ...]:
     )
 
 
-@pytest.mark.parametrize("memo_size", [2, 1 << 16])
+@pytest.mark.parametrize("memo_size", [2, 1 << 14])
 def test_views_share_a_geometry_number_exactly_when_their_geometries_are_equal(
     memo_size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,8 +39,8 @@ _tensor_ids = itertools.count(1)
 #: starts again), so two views share one only when their geometries are equal.
 _geometry_numbers: dict[tuple[object, ...], int] = {}
 _next_geometry_number = itertools.count(1).__next__
-#: Past this many geometries the memo starts again.
-_MAX_GEOMETRIES = 1 << 16
+#: Past this many geometries (about 250 bytes each) the memo starts again; a kernel has a few hundred.
+_MAX_GEOMETRIES = 1 << 14
 
 
 def uid_mark() -> int:
