@@ -19,7 +19,7 @@ import numpy as np
 from nkisim.errors import CapacityError, OperandError, SourceLoc
 from nkisim.hw import HwConfig
 from nkisim.memory.liveness import TilePlan
-from nkisim.memory.space import Buffer, OnChipMemory, Storage, describe
+from nkisim.memory.space import ON_CHIP_BUFFERS, Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
 from nkisim.memory.views import Region
 
@@ -113,10 +113,11 @@ class MemorySystem:
             OperandError: ``address`` is malformed, given for HBM, or (PSUM) not on a bank boundary.
         """
         self._counter += 1
-        name = name or f"{buffer.kind}{self._counter}"
-        if address is not None and not buffer.is_on_chip:
+        on_chip = buffer in ON_CHIP_BUFFERS
+        name = name or f"{buffer._value_ if on_chip else 'hbm'}{self._counter}"  # Buffer.kind, without the calls
+        if address is not None and not on_chip:
             raise OperandError(f"nl.ndarray: address= places SBUF or PSUM tensors, not {buffer.value}", loc=loc)
-        if buffer.is_on_chip:
+        if on_chip:
             tensor = self._on_chip_tensor(shape, dtype, buffer, name, loc, address)
         else:
             storage = self._hbm_storage(shape, dtype, name, loc, written=self.poison)
@@ -125,7 +126,7 @@ class MemorySystem:
             poisoned = _poison(tensor)
             if self.recorder is not None:
                 self.recorder.filled(poisoned, 0xFF)
-                if buffer.is_on_chip:
+                if on_chip:
                     self.recorder.allocated(tensor)
         return tensor
 
