@@ -137,6 +137,22 @@ TRIAGE: list[tuple[str, str, str]] = [
         "line 1133 before the kernel runs)",
     ),
     (
+        r"test_attn_blk_model\[MODEL_WIP_GENERALITY_1024-1-128-5376-None-32768-32768-.*Unable to allocate 32\.0 GiB",
+        "memory",
+        "the suite's input generator asks numpy for a float64 array of shape (1048576, 32, 128), 32 GiB, before the "
+        "kernel runs (uniform_activation, test_attention_block_tkg.py:517, from generate_kernel_inputs at line 619; "
+        "seen in the traceback of a run alone), more than this 24 GB machine has",
+    ),
+    (
+        r"test_attn_blk_model\[MODEL_WIP_GENERALITY_128-16-128-4096-None-32768-32768-.*you tried to allocate "
+        r"34359738368 bytes",
+        "memory",
+        "torch refused a 32 GiB allocation in the suite's run (a 24 GB machine). Run alone, the test reaches "
+        "the kernel, which then issues an nc_matmul whose moving free size is 2048 (attention_block_tkg.py:1121, "
+        "_rms_norm_inplace), over the published gemm_moving_fmax of 512 for a float32 PSUM destination: nkisim "
+        "refuses it with a ShapeError, so this configuration would fail on the kernel's own matmul too",
+    ),
+    (
         r"crashed while running|node down|Not properly terminated",
         "memory",
         "the xdist worker was killed for memory (24 GB machine; two workers at once, or one for the largest). "
