@@ -26,7 +26,7 @@ import nkisim.nki as nki
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 from nkisim import CapacityError, MemoryKindError, OperandError, ShapeError
-from nkisim.frontend import current_context
+from nkisim.hw import load_target
 
 # -- load, store, creation ------------------------------------------------------------
 
@@ -186,20 +186,16 @@ def test_inferred_accumulation_belongs_to_the_tile_not_its_bytes(target):
 # -- nl.ndarray(address=) -------------------------------------------------------------
 
 
-def _row_bytes(buffer):
-    hw = current_context().hw
-    return hw.sbuf.bytes_per_partition if buffer == nl.sbuf else hw.psum.bytes_per_partition
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_address_places_the_tile(target):
     def kernel():
         a = nl.ndarray((64, 32), nl.float32, address=(64, 1024))
         b = nl.ndarray((64, 32), nl.float32, address=(0, 1024))  # same bytes, other partitions
         c = nl.ndarray((128, 16), nl.float32, buffer=nl.psum, address=(0, 2048))
-        assert a.byte_offset == 64 * _row_bytes(nl.sbuf) + 1024
-        assert b.byte_offset == 1024
-        assert c.byte_offset == 2048
+        # (first partition, end partition, first byte, end byte) within the partitions
+        assert a.row_box == (64, 128, 1024, 1024 + 32 * 4)
+        assert b.row_box == (0, 64, 1024, 1024 + 32 * 4)
+        assert c.row_box == (0, 128, 2048, 2048 + 16 * 4)
         nisa.memset(dst=a, value=1.0)
         nisa.memset(dst=b, value=2.0)
         d = nl.ndarray((128, 2048), nl.float32)  # the allocator keeps clear of placed tiles
@@ -246,6 +242,29 @@ def test_bad_addresses(shape, buffer, address, error, message):
 
 
 @nki.jit
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_partition_holds_its_bytes_and_no_more_whatever_the_host_pads(target):
+    """A tile of a whole SBUF partition fits, at byte 0, and not 512 bytes further on. The host lays partitions
+    out a little longer, so that a tile's rows do not all fall in the same sets of the CPU's caches: its
+    partition stride is no multiple of 4 KiB (every generation's partition is)."""
+    size = load_target(target).sbuf.bytes_per_partition
+    assert size % 4096 == 0
+
+    def kernel():
+        whole = nl.ndarray((128, size // 4), nl.float32)
+        assert whole.row_box == (0, 128, 0, size)
+        assert whole.array.strides[0] > size and whole.array.strides[0] % 4096 != 0
+        nisa.memset(dst=whole, value=5.0)
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=whole[:, size // 4 - 8 :])
+        del whole
+        with pytest.raises(CapacityError, match=f"{size} bytes per partition from byte 512 exceed the {size} bytes"):
+            nl.ndarray((128, size // 4), nl.float32, address=(0, 512))
+        return out
+
+    assert_same(nkisim.run(kernel, target=target).outputs, np.full((128, 8), 5.0, np.float32))
+
+
 def _scaled_add(a, b, scale=2.0):
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.multiply(nl.add(nl.load(a), nl.load(b)), scale))
