@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_frontend import store
 
 import nkisim
+import nkisim.memory.system
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
+from nkisim.errors import SourceLoc
+from nkisim.hw import load_target
+from nkisim.memory import Buffer
+from nkisim.sim import Instruction, Machine
 
 
 def rand(*shape, dtype=np.float32):
@@ -127,3 +134,177 @@ def test_an_earlier_runs_sbuf_bytes_are_never_seen():
             outs = nkisim.run(read_fresh, [rand(1, 1)], check="warn").outputs
         for out in outs:
             assert (out.view(np.uint32) == 0xFFFFFFFF).all()
+
+
+# -- the poison of automatic tiles is made at their first use ---------------------------------------------
+
+
+def _cover_sbuf_with(value):
+    """Set every byte of trn1's SBUF that automatic tiles reach to ``value`` (30 x 8 KiB per partition)."""
+    for _ in range(30):
+        nisa.memset(nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf), value)
+
+
+def test_a_fresh_automatic_tile_read_or_written_in_part_shows_its_poison_over_old_values():
+    def kernel(x, idx):
+        _cover_sbuf_with(3.0)
+        partly = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.memset(partly[:, 4:8], 2.0)
+        unread = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        gathered = nl.ndarray((4, 3), nl.float32, buffer=nl.sbuf)  # rows whose index is outside are skipped
+        where = nl.ndarray((4, 1), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=idx)
+        view = x.ap([[3, 4], [1, 3]], vector_offset=where, indirect_dim=0)
+        nisa.dma_copy(dst=gathered, src=view, oob_mode=nisa.oob_mode.skip)
+        return store(partly), store(unread), store(gathered)
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    idx = np.array([[1], [5], [0], [-1]], dtype=np.int32)
+    partly, unread, gathered = nkisim.run(kernel, [x, idx], target="trn1", check="off").outputs
+    assert (partly[:, 4:8] == 2.0).all() and np.isnan(partly[:, :4]).all() and np.isnan(partly[:, 8:]).all()
+    assert np.isnan(unread).all()
+    np.testing.assert_array_equal(gathered[[0, 2]], x[[1, 0]])
+    assert np.isnan(gathered[[1, 3]]).all()
+
+
+def test_fresh_automatic_tiles_before_a_print_a_store_and_a_matmul_hold_poison_not_old_values(capsys):
+    def kernel(x):
+        _cover_sbuf_with(3.0)
+        printed = nl.ndarray((2, 3), nl.float32, buffer=nl.sbuf)
+        nl.device_print("fresh", printed)
+        before_zeros = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        zeros = nl.zeros((128, 8), nl.float32, buffer=nl.sbuf)  # set outside any instruction
+        old = nl.ndarray((128, 8), nl.float32, buffer=nl.psum)
+        nisa.memset(old, 5.0)
+        del old
+        acc = nl.ndarray((128, 8), nl.float32, buffer=nl.psum)  # on the bytes old held: a new tile overwrites
+        stationary = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        nisa.memset(stationary, 1.0)
+        moving = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=moving, src=x)
+        nisa.nc_matmul(dst=acc, stationary=stationary, moving=moving)
+        return store(before_zeros), store(zeros), store(acc)
+
+    x = rand(128, 8)
+    before_zeros, zeros, acc = nkisim.run(kernel, [x], target="trn1", check="off").outputs
+    assert "nan" in capsys.readouterr().out
+    assert np.isnan(before_zeros).all() and (zeros == 0.0).all()
+    expected = np.ones((128, 128)).T @ x.astype(np.float64)
+    np.testing.assert_allclose(acc, expected, rtol=1e-5)
+
+
+def test_a_tile_its_first_instruction_sets_whole_is_never_filled(monkeypatch):
+    """The poison under a tile written whole first (a DMA load, an element-wise result) could never be read:
+    it is not made. One written in part first is."""
+    fills = []
+    original = nkisim.memory.system.MemorySystem._fill_box
+    monkeypatch.setattr(
+        nkisim.memory.system.MemorySystem, "_fill_box", lambda self, box: fills.append(box) or original(self, box)
+    )
+
+    def whole(x):
+        loaded = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=loaded, src=x)
+        doubled = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=doubled, data1=loaded, data2=loaded, op=nl.add)
+        return store(doubled)
+
+    def part(x):
+        loaded = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=loaded[:, 0:8], src=x[:, 0:8])
+        nisa.dma_copy(dst=loaded[:, 8:16], src=x[:, 8:16])
+        return store(loaded)
+
+    x = rand(128, 16)
+    np.testing.assert_array_equal(nkisim.run(whole, [x]).outputs, x + x)
+    assert fills == []
+    np.testing.assert_array_equal(nkisim.run(part, [x]).outputs, x)
+    assert len(fills) == 1
+
+
+def test_a_tile_freed_with_its_poison_due_never_has_it_made_over_the_next_tile():
+    def kernel(x):
+        tiles = [nl.ndarray((128, 12288), nl.float32, buffer=nl.sbuf) for _ in range(4)]  # all of trn1's SBUF
+        for t in tiles[1:]:
+            nisa.memset(t, 1.0)
+        first = tiles[0].byte_offset
+        tiles[0] = None  # freed before any instruction used it
+        fresh = nl.ndarray((128, 12288), nl.float32, buffer=nl.sbuf)
+        assert fresh.byte_offset == first  # the only free bytes
+        nisa.memset(fresh, 7.0)
+        nl.device_print("fresh", fresh[0:1, 0:2])  # makes every poison still due
+        return store(fresh[:, 0:8])
+
+    assert (nkisim.run(kernel, [rand(1, 1)], target="trn1", check="off").outputs == 7.0).all()
+
+
+def test_a_value_stored_outside_an_instruction_is_not_covered_by_a_later_poison():
+    """``Machine.store`` (immediate values the front end sets) makes the poison still due first."""
+    machine = Machine(load_target("trn2"))
+    machine.memory.defer_poison = True  # as in a kernel's run on one core
+    tile = machine.memory.new_tensor((128, 8), np.dtype(np.float32), Buffer.sbuf)
+    copy = machine.memory.new_tensor((128, 8), np.dtype(np.float32), Buffer.sbuf)
+    assert machine.memory.unpoisoned  # neither is filled yet
+    machine.store(tile.array, 5.0)
+    machine.issue(Instruction("tensor_copy", {"dst": copy, "src": tile}, SourceLoc("kernel.py", 3, "k")))
+    assert (copy.array == 5.0).all()
+
+
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["new", "memset_part", "memset", "copy", "add", "zeros", "print", "out"]),
+        st.integers(0, 3),
+        st.integers(0, 3),
+    ),
+    min_size=1,
+    max_size=24,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=_STEPS)
+def test_automatic_tiles_hold_what_a_numpy_model_with_nan_for_unwritten_bytes_holds(steps):
+    """Random programs over four tile slots of 48 KiB per partition (four fill trn1's SBUF, so new tiles land on
+    old values): new tiles, partial and whole writes, in-place adds, copies, ``nl.zeros``, prints (which make
+    every poison still due) and reads, against a model in which every new tile is NaN."""
+    shape = (128, 12288)
+
+    def kernel(x):
+        slots, outs = [None] * 4, []
+        for op, i, j in steps:
+            if slots[i] is None or op in ("new", "zeros"):
+                slots[i] = None  # freed first, so the allocator may give its bytes to the new one
+                slots[i] = (
+                    nl.ndarray(shape, nl.float32, buffer=nl.sbuf) if op != "zeros" else nl.zeros(shape, nl.float32)
+                )
+            if op == "memset_part":
+                nisa.memset(slots[i][:, j * 1000 : j * 1000 + 2000], float(j + 1))
+            elif op == "memset":
+                nisa.memset(slots[i], float(j + 10))
+            elif op in ("copy", "add") and slots[j] is not None and j != i:
+                if op == "copy":
+                    nisa.tensor_copy(dst=slots[i], src=slots[j])
+                else:
+                    nisa.tensor_tensor(dst=slots[i], data1=slots[i], data2=slots[j], op=nl.add)
+            elif op == "print":  # makes every poison not made yet, first
+                nl.device_print("slot", slots[i][0:1, 0:4])
+            elif op == "out":
+                outs.append(store(slots[i][:, ::512]))
+        return outs
+
+    model, expected = [None] * 4, []
+    for op, i, j in steps:
+        if model[i] is None or op in ("new", "zeros"):
+            model[i] = np.full(shape, np.nan if op != "zeros" else 0.0, np.float32)
+        if op == "memset_part":
+            model[i][:, j * 1000 : j * 1000 + 2000] = j + 1
+        elif op == "memset":
+            model[i][...] = j + 10
+        elif op in ("copy", "add") and model[j] is not None and j != i:
+            model[i] = model[j].copy() if op == "copy" else model[i] + model[j]
+        elif op == "out":
+            expected.append(model[i][:, ::512].copy())
+    got = nkisim.run(kernel, [rand(1, 1)], target="trn1", check="off").outputs
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)

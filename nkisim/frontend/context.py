@@ -80,6 +80,8 @@ class KernelContext:
                 else SharedHbmMemory(hw, launch, program_id, compute, plan, rank=rank)
             )
         peer = Peer(launch, program_id, rank) if launch is not None else None
+        if launch is None:  # one core: every use of a tile's bytes goes through its machine
+            memory.defer_poison = memory.poison
         checker = Checker(findings, hw, values_known=compute) if findings is not None else None
         self.machine = Machine(
             hw,

@@ -189,6 +189,8 @@ def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_dma_copy_cost,
     validate=_dma_copy_validate,
     accumulates=lambda ops: ops.dst_rmw_op is not None,
+    # a gather may skip rows out of bounds, leaving their dst elements as they were
+    overwrites=lambda ops: ops.dst_rmw_op is None and not ops.src.is_dynamic and not ops.dst.is_dynamic,
     dtypes="any; cast src -> fp32 -> dst if they differ (dst_rmw_op: fp32 math)",
 )
 def dma_copy(ops: DmaCopyOps, state: EngineState) -> None:

@@ -25,6 +25,7 @@ from nkisim.isa.spec import (
     engine_cost,
     instruction,
     require,
+    sets_all_of_dst,
 )
 from nkisim.isa.vector import per_element_cost
 from nkisim.isa.vector_reduce import check_column
@@ -95,6 +96,7 @@ def _activation_cost(ops: ActivationOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_activation_cost,
     validate=_activation_validate,
     dtypes="any (fp32 math, cast to dst); scale fp32, bias fp32/fp16/bf16",
+    overwrites=sets_all_of_dst,
 )
 def activation(ops: ActivationOps, state: EngineState) -> None:
     """``dst = op(data * scale + bias)``, then an optional add-reduction into ``reduce_regs``.

@@ -220,6 +220,16 @@ Accumulates = Callable[[Any], "bool | None"]
 #: flow, addresses or errors that follow it) can depend on the values it reads, in words that follow the
 #: instruction's name (``"loads a register from tensor data, which can steer ..."``); None when it cannot.
 ValueDependence = Callable[[Any], "str | None"]
+#: ``(operands) -> bool``: True when the instruction sets every element of its ``dst`` operand and reads none of
+#: ``dst``'s old values (no accumulation, mask or skipped element), so a new tile's poison under it is never seen.
+Overwrites = Callable[[Any], bool]
+
+
+def sets_all_of_dst(ops: Any) -> bool:
+    """:data:`Overwrites` of an element-wise instruction: it always sets every element of ``dst``."""
+    return True
+
+
 #: ``(operands, peer, arrival_ns, cost, compute, check) -> (not_before_ns, cost)``: meet the other cores.
 Synchronise = Callable[[Any, "Peer | None", float, Cost, bool, Check], tuple[float, Cost]]
 
@@ -245,6 +255,9 @@ class InstructionSpec:
     #: Instructions that move never-written input elements to ``dst`` rather than use them
     #: (:mod:`nkisim.isa.carriers`): the sanitizer reports those elements where they are used.
     carries: CarrierRule | None = None
+    #: Instructions that set all of ``dst`` without reading it: a new tile they write whole needs no poison fill
+    #: first (:meth:`nkisim.memory.system.MemorySystem.settle_poison`). None: the fill is always made.
+    overwrites: Overwrites | None = None
     #: Instructions whose effect beyond the values they write depends on values (``register_load``
     #: feeds control flow; gathers raise on out-of-range indices): a recorded program that contains one
     #: is not replayed on new inputs but run again (:mod:`nkisim.sim.program`).
@@ -291,6 +304,7 @@ def instruction(
     carries: CarrierRule | None = None,
     value_dependent: ValueDependence | None = None,
     namespace: str = "nisa",
+    overwrites: Overwrites | None = None,
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``.
 
@@ -322,6 +336,7 @@ def instruction(
             accumulates=accumulates,
             carries=carries,
             value_dependent=value_dependent,
+            overwrites=overwrites,
             requires=requires,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),

@@ -176,6 +176,8 @@ def matmul_accumulates(ops: NcMatmulOps) -> bool | None:
     cost=_nc_matmul_cost,
     validate=_nc_matmul_validate,
     accumulates=matmul_accumulates,
+    # accumulate=None adds only where this tile's own matmuls wrote: nowhere in a tile never written
+    overwrites=lambda ops: ops.accumulate is not True,
     dtypes="inputs fp8/bf16/fp16/tf32/fp32 (fp32/tf32 only with each other), dst fp32 (v4: or bf16)",
 )
 def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:

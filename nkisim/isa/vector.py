@@ -42,6 +42,7 @@ from nkisim.isa.spec import (
     engine_cost,
     instruction,
     require,
+    sets_all_of_dst,
 )
 from nkisim.memory import Buffer, Tensor, is_integer, to_dtype
 from nkisim.memory.dtypes import is_tfloat32
@@ -169,6 +170,7 @@ def _integer_native(ops: TensorTensorOps) -> bool:
     validate=_tensor_tensor_validate,
     choose_engine=_tensor_tensor_engine,
     dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst; int32/uint32 on GpSimd: integer)",
+    overwrites=sets_all_of_dst,
 )
 def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits).
@@ -268,6 +270,7 @@ def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> C
     validate=_tensor_scalar_validate,
     choose_engine=_choose_vector,
     dtypes="integer types for bitvec ops; any for arithmetic, operand0/operand1 fp32",
+    overwrites=sets_all_of_dst,
 )
 def tensor_scalar(ops: TensorScalarOps, state: EngineState) -> None:
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or ``(P, 1)`` columns."""
@@ -356,6 +359,7 @@ def _tensor_copy_cost(ops: TensorCopyOps, hw: HwConfig, engine: Engine) -> Cost:
     validate=_tensor_copy_validate,
     choose_engine=_choose_vector,
     dtypes="any; equal dtypes copy bit-exactly, others cast through fp32",
+    overwrites=sets_all_of_dst,
 )
 def tensor_copy(ops: TensorCopyOps, state: EngineState) -> None:
     """Copy ``src`` to ``dst``: bit-exact for equal dtypes, through float32 otherwise."""
@@ -448,6 +452,7 @@ def _memset_cost(ops: MemsetOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_memset_cost,
     choose_engine=_choose_vector,
     dtypes="any; value converted to dst as an engine write (integers: nearest even, saturated)",
+    overwrites=sets_all_of_dst,
 )
 def memset(ops: MemsetOps, state: EngineState) -> None:
     """Fill ``dst`` with the constant ``value``, converted as every engine write is.

@@ -123,6 +123,8 @@ class Allocation:
     #: Spilled to the next-tier memory: the bytes per partition that were free in this memory
     #: when it did not fit (``-1``: not spilled; a spilled allocation holds no bytes of this memory).
     spilled_free: int = -1
+    #: The tile whose poison is still to be made, if any (its entry in :attr:`OnChipMemory.unpoisoned`).
+    tile_uid: int = -1
 
     def overlaps(self, offset: int, nbytes: int, partition_offset: int, partitions: int) -> bool:
         bytes_meet = offset < self.offset + self.nbytes and self.offset < offset + nbytes
@@ -173,6 +175,9 @@ class OnChipMemory:
     #: The byte ranges of the live automatic tiles, sorted (they never overlap), and how many placed tiles live.
     _auto_ranges: list[tuple[int, int]] = field(init=False, default_factory=list)
     _placed_live: int = field(init=False, default=0)
+    #: The poison fills not made yet, by tile uid (the memory system's, shared by its memories): a freed
+    #: tile's is dropped, as its bytes may go to another tile.
+    unpoisoned: dict[int, object] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         scale = RECORDING_SCALE if self.recording else 1
@@ -326,6 +331,8 @@ class OnChipMemory:
     def free(self, handle: int) -> None:
         freed = self.live.pop(handle, None)
         if freed is not None:
+            if freed.tile_uid >= 0:
+                self.unpoisoned.pop(freed.tile_uid, None)
             self.used_bytes -= freed.nbytes
             if freed.placed:
                 self._placed_live -= 1

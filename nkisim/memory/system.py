@@ -61,6 +61,16 @@ class MemorySystem:
         # with poison, every tile is filled when allocated: the memories' first bytes are never read
         self.sbuf = OnChipMemory("sbuf", hw.sbuf, plan, zeroed=not poison)
         self.psum = OnChipMemory("psum", hw.psum, plan, zeroed=not poison)
+        #: New automatic SBUF and PSUM tiles whose poison is not made yet, by tensor uid: the bytes of their storage
+        #: and their box (r0, r1, b0, b1). The first instruction that uses one makes it, unless it sets all of the
+        #: tile without reading it (:meth:`settle_poison`): then the poison would never be seen. Live automatic
+        #: tiles never share bytes, so a late fill reaches no other tile's values.
+        self.unpoisoned: dict[int, tuple[np.ndarray, int, int, int, int]] = {}
+        self.sbuf.unpoisoned = self.psum.unpoisoned = self.unpoisoned  # type: ignore[assignment]
+        #: Whether new tiles' poison may wait: only where every use of a tile's bytes goes through the machine
+        #: (instructions, ``Machine.store``, ``Machine.effect``), as in a kernel's run on one core; the cores of a
+        #: launch exchange tiles, and a host that writes a tile's array itself must see its poison there first.
+        self.defer_poison = False
         #: While recording a plan: tensor uid -> (memory, allocation serial).
         self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
         #: Called with each new on-chip tensor and whether it was placed at an explicit address.
@@ -123,12 +133,46 @@ class MemorySystem:
             storage = self._hbm_storage(shape, dtype, name, loc, written=self.poison)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
         if self.poison:
-            poisoned = _poison(tensor)
-            if self.recorder is not None:
-                self.recorder.filled(poisoned, 0xFF)
-                if on_chip:
-                    self.recorder.allocated(tensor)
+            if tensor.uid not in self.unpoisoned:
+                self._filled(_poison(tensor))
+            if on_chip and self.recorder is not None:
+                self.recorder.allocated(tensor)
         return tensor
+
+    def settle_poison(
+        self, reads: list[tuple[str, Tensor]], writes: list[tuple[str, Tensor]], overwritten: Tensor | None
+    ) -> None:
+        """Make the poison of the new tiles an instruction reads or writes in part, before it runs.
+
+        ``overwritten`` is the operand the instruction sets all of without reading it (see
+        :attr:`nkisim.isa.spec.InstructionSpec.overwrites`), or None: a new tile that is that operand
+        itself keeps no poison, as nothing could read it before these values.
+        """
+        pending = self.unpoisoned
+        for _, t in reads:
+            box = pending.pop(t.uid, None)  # a view's uid is its tile's
+            if box is not None:
+                self._fill_box(box)
+        for _, t in writes:
+            box = pending.pop(t.uid, None)
+            if box is not None and t is not overwritten:
+                self._fill_box(box)
+
+    def poison_pending(self) -> None:
+        """Make every poison not made yet (before anything reads or writes memory outside an instruction)."""
+        for box in self.unpoisoned.values():
+            self._fill_box(box)
+        self.unpoisoned.clear()
+
+    def _fill_box(self, box: tuple[np.ndarray, int, int, int, int]) -> None:
+        data, r0, r1, b0, b1 = box
+        view = data[r0:r1, b0:b1]
+        view.fill(0xFF)
+        self._filled(view)
+
+    def _filled(self, view: np.ndarray) -> None:
+        if self.recorder is not None:
+            self.recorder.filled(view, 0xFF)
 
     def hbm_tensor_from(self, values: np.ndarray, dtype: np.dtype, name: str, borrow: bool = False) -> Tensor:
         """Copy a kernel input into fresh HBM (an input reports ``nl.hbm``: see :data:`INPUT_BUFFER`).
@@ -207,6 +251,9 @@ class MemorySystem:
                 self.on_spill(tensor, alloc.spilled_free, loc)
         else:
             memory.free_when_gone(tensor, alloc.handle)
+            if self.defer_poison and address is None and tensor._row_box is not None:
+                alloc.tile_uid = tensor.uid
+                self.unpoisoned[tensor.uid] = (storage.bytes, row, row + partitions, offset, offset + free_bytes)
         if memory.recording:
             self._allocations[tensor.uid] = (memory, alloc.serial)
         if self.on_allocate is not None:

@@ -217,6 +217,8 @@ class Machine:
         if checker is not None:
             checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes)
         if self.compute:
+            if self.memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
+                self._settle_poison(spec, ops, tensor_reads, tensor_writes)
             if self.recorder is not None:
                 self.recorder.instruction(spec, ops, loc)
             self._execute(spec, ops, engine, loc)
@@ -357,12 +359,16 @@ class Machine:
         The front end's immediate values (an HBM tensor of ``nl.zeros``, a lazily filled tile's
         values) go through here, so that a recorded program sets them again when replayed.
         """
+        if self.memory.unpoisoned:
+            self.memory.poison_pending()
         array[...] = value
         if self.recorder is not None:
             self.recorder.stored(array, value)
 
     def effect(self, action: Callable[[Any], None], argument: Any) -> None:
         """Run ``action(argument)`` now (``nl.device_print``), and at this point of every replay."""
+        if self.memory.unpoisoned:
+            self.memory.poison_pending()
         action(argument)
         if self.recorder is not None:
             self.recorder.effect(action, argument)
@@ -418,6 +424,23 @@ class Machine:
                 stop_conversions(token)
         if checker is not None:
             checker.converted(spec.name, loc)
+
+    def _settle_poison(
+        self,
+        spec: InstructionSpec,
+        ops: Any,
+        reads: list[tuple[str, Tensor]],
+        writes: list[tuple[str, Tensor]],
+    ) -> None:
+        """Make the poison of the new tiles this instruction uses, but of a tile it sets all of without reading."""
+        memory = self.memory
+        if spec.extra_accesses is not None or any(t.__class__ is not Tensor for _, t in (*reads, *writes)):
+            memory.poison_pending()  # registers, run-time offsets, index tiles: reads its operands do not show
+            return
+        overwritten = None
+        if spec.overwrites is not None and spec.overwrites(ops) and ops.dst._base is None:
+            overwritten = ops.dst
+        memory.settle_poison(reads, writes, overwritten)
 
     def _accesses(
         self,
