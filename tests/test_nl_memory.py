@@ -238,10 +238,6 @@ def test_bad_addresses(shape, buffer, address, error, message):
         nkisim.run(lambda: nl.ndarray(shape, nl.float32, buffer=buffer, address=address), target="trn1")
 
 
-# -- nki.simulate ---------------------------------------------------------------------
-
-
-@nki.jit
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_partition_holds_its_bytes_and_no_more_whatever_the_host_pads(target):
     """A tile of a whole SBUF partition fits, at byte 0, and not 512 bytes further on. The host lays partitions
@@ -265,6 +261,10 @@ def test_a_partition_holds_its_bytes_and_no_more_whatever_the_host_pads(target):
     assert_same(nkisim.run(kernel, target=target).outputs, np.full((128, 8), 5.0, np.float32))
 
 
+# -- nki.simulate ---------------------------------------------------------------------
+
+
+@nki.jit
 def _scaled_add(a, b, scale=2.0):
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.multiply(nl.add(nl.load(a), nl.load(b)), scale))
