@@ -6,6 +6,8 @@ Every expected value is computed here with numpy or by hand, never by nkisim.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -308,3 +310,72 @@ def test_automatic_tiles_hold_what_a_numpy_model_with_nan_for_unwritten_bytes_ho
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         np.testing.assert_array_equal(g, e)
+
+
+def test_a_print_of_a_view_at_a_never_written_offset_reads_the_offsets_poison(capsys):
+    """The offset tile's poison (-1 as int32) is made before the view's address is worked out."""
+
+    def kernel(x):
+        _cover_sbuf_with(0.0)
+        values = nl.ndarray((1, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=values, src=x)
+        where = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)  # never written
+        nl.device_print("at", values.ap([[8, 1], [1, 4]], 4, scalar_offset=where, indirect_dim=1))
+        return store(values)
+
+    nkisim.run(kernel, [np.arange(8, dtype=np.float32).reshape(1, 8)], target="trn1", check="off")
+    assert "[[3. 4. 5. 6.]]" in capsys.readouterr().out  # elements 4 - 1 to 4 - 1 + 3
+
+
+def test_a_legacy_print_of_a_fresh_tile_shows_its_poison(capsys):
+    import nkisim.nki.legacy as legacy
+    import nkisim.nki.legacy.language as lnl
+
+    @legacy.jit
+    def kernel(x):
+        out = lnl.ndarray((2, 3), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        for _ in range(30):  # all of trn1's SBUF set to 3.0
+            tile = lnl.ndarray((128, 2048), dtype=lnl.float32, buffer=lnl.sbuf)
+            tile[...] = 3.0
+        fresh = lnl.ndarray((2, 3), dtype=lnl.float32, buffer=lnl.sbuf)
+        lnl.device_print("fresh", fresh)
+        lnl.store(out, lnl.load(x))
+        return out
+
+    kernel(np.ones((2, 3), np.float32))
+    printed = capsys.readouterr().out
+    assert "nan" in printed and "3." not in printed
+
+
+class _Holder:
+    """A tile in a reference cycle: freed when the cyclic garbage collector runs, at any allocation."""
+
+    def __init__(self):
+        self.tile = nl.ndarray((1, 4), nl.float32, buffer=nl.sbuf)
+        self.me = self
+
+
+def test_tiles_the_garbage_collector_frees_while_pending_fills_are_made_drop_theirs(monkeypatch):
+    original = nkisim.memory.system.MemorySystem._fill_box
+
+    def collect_then_fill(self, box):
+        gc.collect()  # as the cyclic collector may, at any allocation
+        original(self, box)
+
+    monkeypatch.setattr(nkisim.memory.system.MemorySystem, "_fill_box", collect_then_fill)
+
+    def kernel(x):
+        waiting = [nl.ndarray((1, 4), nl.float32, buffer=nl.sbuf) for _ in range(20)]  # fills still due
+        for _ in range(5):
+            _Holder()  # garbage, with fills due, until the collector runs
+        zeros = nl.zeros((1, 4), nl.float32, buffer=nl.shared_hbm)  # set outside an instruction: fills first
+        nisa.dma_copy(dst=waiting[0], src=zeros)
+        return store(waiting[0])
+
+    enabled = gc.isenabled()
+    gc.disable()  # so that the holders wait for the collection made inside the fills
+    try:
+        assert (nkisim.run(kernel, [rand(1, 4)], check="off").outputs == 0.0).all()
+    finally:
+        if enabled:
+            gc.enable()

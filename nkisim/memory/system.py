@@ -160,9 +160,9 @@ class MemorySystem:
 
     def poison_pending(self) -> None:
         """Make every poison not made yet (before anything reads or writes memory outside an instruction)."""
-        for box in self.unpoisoned.values():
-            self._fill_box(box)
-        self.unpoisoned.clear()
+        pending = self.unpoisoned
+        while pending:  # one at a time: a tile the garbage collector frees meanwhile takes its own out
+            self._fill_box(pending.popitem()[1])
 
     def _fill_box(self, box: tuple[np.ndarray, int, int, int, int]) -> None:
         data, r0, r1, b0, b1 = box

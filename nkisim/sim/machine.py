@@ -194,6 +194,8 @@ class Machine:
             self._checkpoint(spec, loc)
         arguments = instruction.arguments
         key = call_key(instruction.opcode, arguments)
+        if key is None and self.memory.unpoisoned and _has_dynamic_view(arguments):
+            self.memory.poison_pending()  # its validation and checks read the offsets of views at run-time offsets
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
             ops = self._operands(spec, instruction)
@@ -434,7 +436,7 @@ class Machine:
     ) -> None:
         """Make the poison of the new tiles this instruction uses, but of a tile it sets all of without reading."""
         memory = self.memory
-        if spec.extra_accesses is not None or any(t.__class__ is not Tensor for _, t in (*reads, *writes)):
+        if spec.extra_accesses is not None or any(t.is_dynamic for _, t in (*reads, *writes)):
             memory.poison_pending()  # registers, run-time offsets, index tiles: reads its operands do not show
             return
         overwritten = None
@@ -483,6 +485,17 @@ class Machine:
                     target=self.hw.name,
                     operand=name,
                 )
+
+
+def _has_dynamic_view(arguments: Mapping[str, Any]) -> bool:
+    """Whether an argument, or a tensor in a list or tuple argument, is a view at run-time offsets."""
+    for value in arguments.values():
+        if isinstance(value, (list, tuple)):
+            if any(isinstance(item, Tensor) and item.is_dynamic for item in value):
+                return True
+        elif isinstance(value, Tensor) and value.is_dynamic:
+            return True
+    return False
 
 
 def _refused_write(exc: Exception) -> bool:
