@@ -20,6 +20,13 @@ SKIP_REASONS: list[tuple[str, str]] = [
     ),
     (r"trace_only test", "nkisim: a trace_only test needs NKI's compiler tracer, which a simulation run has not"),
     (r"[Pp]latform|\b[Tt][Rr][Nn]\d\b", "suite: the test excludes this platform"),
+    (
+        r"^Model coverage test$|^failing determinism check$",
+        "suite: marked xfail by the suite ('Model coverage test', 'failing determinism check'), which counts "
+        "neither its pass nor its failure (core/moe's test_moe_tkg_model; one measured, "
+        "[_MODEL_WIP_vnc-2_t-1_h-4096_i-1536_e-2_..._dtype-float16_...] on trn2: its float32 golden reaches "
+        "295,700, beyond float16's 65,504, so 2,700 of the kernel's 4,096 float16 outputs are inf)",
+    ),
 ]
 
 #: (pattern on "test id: message", verdict, why). Verdicts: "nkisim" (nkisim is wrong: fixed or to fix),
