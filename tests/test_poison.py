@@ -195,6 +195,31 @@ def test_fresh_automatic_tiles_before_a_print_a_store_and_a_matmul_hold_poison_n
     np.testing.assert_allclose(acc, expected, rtol=1e-5)
 
 
+def test_fresh_tiles_set_whole_by_a_transpose_a_reduction_an_iota_and_an_activation_reduce_hold_their_values():
+    def kernel(x):
+        _cover_sbuf_with(3.0)  # what a tile left unfilled and not set would show
+        data = nl.ndarray((128, 32), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=data, src=x)
+        transposed = nl.ndarray((32, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=transposed, data=data)
+        sums = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=sums, op=nl.add, data=data, axis=1)
+        ramp = nl.ndarray((128, 32), nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=ramp, pattern=[[1, 32]], offset=0, channel_multiplier=32)
+        exps = nl.ndarray((128, 32), nl.float32, buffer=nl.sbuf)
+        exp_sums = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(dst=exps, op=nl.exp, data=data, reduce_op=nl.add, reduce_res=exp_sums)
+        return store(transposed), store(sums), store(ramp), store(exps), store(exp_sums)
+
+    x = rand(128, 32)
+    transposed, sums, ramp, exps, exp_sums = nkisim.run(kernel, [x], target="trn1", check="off").outputs
+    np.testing.assert_array_equal(transposed, x.T)
+    np.testing.assert_allclose(sums, x.astype(np.float64).sum(axis=1, keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(ramp, np.arange(128 * 32, dtype=np.int32).reshape(128, 32))
+    np.testing.assert_allclose(exps, np.exp(x.astype(np.float64)), rtol=1e-5)
+    np.testing.assert_allclose(exp_sums, np.exp(x.astype(np.float64)).sum(axis=1, keepdims=True), rtol=1e-5)
+
+
 def test_a_tile_its_first_instruction_sets_whole_is_never_filled(monkeypatch):
     """The poison under a tile written whole first (a DMA load, an element-wise result) could never be read:
     it is not made. One written in part first is."""

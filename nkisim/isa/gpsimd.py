@@ -7,7 +7,7 @@ import numpy as np
 from nkisim.errors import OperandError, ShapeError
 from nkisim.hw import Engine, HwConfig
 from nkisim.isa.common import affine_values, check_in, write
-from nkisim.isa.spec import Check, Cost, EngineState, Operands, Out, engine_cost, instruction
+from nkisim.isa.spec import Check, Cost, EngineState, Operands, Out, engine_cost, instruction, sets_all_of_dst
 from nkisim.memory import Buffer
 
 
@@ -39,6 +39,7 @@ def _iota_cost(ops: IotaOps, hw: HwConfig, engine: Engine) -> Cost:
     cost=_iota_cost,
     validate=_iota_validate,
     dtypes="int32 values (offset, channel_multiplier, steps), cast to any dst dtype",
+    overwrites=sets_all_of_dst,
 )
 def iota(ops: IotaOps, state: EngineState) -> None:
     """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` in int32."""

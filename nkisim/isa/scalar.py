@@ -175,6 +175,7 @@ def _activation_reduce_cost(ops: ActivationReduceOps, hw: HwConfig, engine: Engi
     cost=_activation_reduce_cost,
     validate=_activation_reduce_validate,
     dtypes="any (fp32 math, cast to dst); scale fp32, bias fp32/fp16/bf16",
+    overwrites=sets_all_of_dst,
 )
 def activation_reduce(ops: ActivationReduceOps, state: EngineState) -> None:
     """``dst = op(data * scale + bias)``; ``reduce_res = reduce_op`` of it over every free axis.

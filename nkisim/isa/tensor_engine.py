@@ -11,7 +11,18 @@ from nkisim.isa import enums
 from nkisim.isa.carriers import matmul_carrier, transposing
 from nkisim.isa.common import check_in, f32
 from nkisim.isa.enums import matmul_perf_mode
-from nkisim.isa.spec import Check, Cost, EngineState, In, Operands, Out, engine_cost, instruction, require
+from nkisim.isa.spec import (
+    Check,
+    Cost,
+    EngineState,
+    In,
+    Operands,
+    Out,
+    engine_cost,
+    instruction,
+    require,
+    sets_all_of_dst,
+)
 from nkisim.isa.vector import per_element_cost
 from nkisim.memory import Buffer, Tensor, cast, dtype_name, is_float8, to_dtype
 from nkisim.memory.dtypes import is_tfloat32
@@ -324,6 +335,7 @@ def _nc_transpose_cost(ops: NcTransposeOps, hw: HwConfig, engine: Engine) -> Cos
     validate=_nc_transpose_validate,
     choose_engine=_nc_transpose_engine,
     dtypes="any; dst = data dtype",
+    overwrites=sets_all_of_dst,
 )
 def nc_transpose(ops: NcTransposeOps, state: EngineState) -> None:
     """Swap the partition dim with the (flattened) free dims, bit-exactly."""

@@ -417,6 +417,7 @@ def _tensor_reduce_cost(ops: TensorReduceOps, hw: HwConfig, engine: Engine) -> C
     cost=_tensor_reduce_cost,
     validate=_tensor_reduce_validate,
     dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst)",
+    overwrites=sets_all_of_dst,
 )
 def tensor_reduce(ops: TensorReduceOps, state: EngineState) -> None:
     """Reduce ``data`` over free ``axis`` with ``op`` in float32; ``negate`` multiplies by -1."""
