@@ -436,7 +436,13 @@ class Machine:
     ) -> None:
         """Make the poison of the new tiles this instruction uses, but of a tile it sets all of without reading."""
         memory = self.memory
-        if spec.extra_accesses is not None or any(t.is_dynamic for _, t in (*reads, *writes)):
+        dynamic = spec.extra_accesses is not None
+        if not dynamic:
+            for _, t in (*reads, *writes):
+                if t.__class__ is not Tensor and t.is_dynamic:  # a plain Tensor never is: no property call
+                    dynamic = True
+                    break
+        if dynamic:
             memory.poison_pending()  # registers, run-time offsets, index tiles: reads its operands do not show
             return
         overwritten = None
