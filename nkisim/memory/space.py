@@ -139,10 +139,11 @@ class Allocation:
         return f"{name} {describe(shape, dtype)}"
 
 
-#: Host bytes after each on-chip partition that no tile is given. SBUF's 192 KiB and PSUM's 16 KiB partitions are
-#: multiples of 4 KiB, so a tile's partition rows fall in the same sets of the host CPU's caches; BLAS packs a
-#: matmul operand across those rows, and a [128, 512] float32 operand took 12% longer to multiply. One cache
-#: line more per row spreads them. The pad is outside every allocation: addresses and bounds are the partition's.
+#: Host bytes after each on-chip partition that no tile is given. SBUF's (192 to 256 KiB) and PSUM's (16 KiB)
+#: partitions are multiples of 4 KiB, so a tile's partition rows fall in the same sets of the host CPU's caches;
+#: BLAS packs a matmul operand across those rows, and a [128, 512] float32 operand took 12% longer to multiply.
+#: One cache line more per row spreads them. The pad is outside every allocation: addresses and bounds are the
+#: partition's.
 ROW_PAD_BYTES = 64
 
 
