@@ -194,8 +194,12 @@ class Machine:
             self._checkpoint(spec, loc)
         arguments = instruction.arguments
         key = call_key(instruction.opcode, arguments)
-        if key is None and self.memory.unpoisoned and _has_dynamic_view(arguments):
-            self.memory.poison_pending()  # its validation and checks read the offsets of views at run-time offsets
+        # registers and views at run-time offsets read bytes the operands do not show, some while validated; a
+        # planned call (a key) has only static views
+        if self.memory.unpoisoned and (
+            spec.extra_accesses is not None or (key is None and _has_dynamic_view(arguments))
+        ):
+            self.memory.poison_pending()
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
             ops = self._operands(spec, instruction)
@@ -361,16 +365,14 @@ class Machine:
         The front end's immediate values (an HBM tensor of ``nl.zeros``, a lazily filled tile's
         values) go through here, so that a recorded program sets them again when replayed.
         """
-        if self.memory.unpoisoned:
-            self.memory.poison_pending()
+        self.memory.poison_pending()
         array[...] = value
         if self.recorder is not None:
             self.recorder.stored(array, value)
 
     def effect(self, action: Callable[[Any], None], argument: Any) -> None:
         """Run ``action(argument)`` now (``nl.device_print``), and at this point of every replay."""
-        if self.memory.unpoisoned:
-            self.memory.poison_pending()
+        self.memory.poison_pending()
         action(argument)
         if self.recorder is not None:
             self.recorder.effect(action, argument)
@@ -434,21 +436,14 @@ class Machine:
         reads: list[tuple[str, Tensor]],
         writes: list[tuple[str, Tensor]],
     ) -> None:
-        """Make the poison of the new tiles this instruction uses, but of a tile it sets all of without reading."""
-        memory = self.memory
-        dynamic = spec.extra_accesses is not None
-        if not dynamic:
-            for _, t in (*reads, *writes):
-                if t.__class__ is not Tensor and t.is_dynamic:  # a plain Tensor never is: no property call
-                    dynamic = True
-                    break
-        if dynamic:
-            memory.poison_pending()  # registers, run-time offsets, index tiles: reads its operands do not show
-            return
+        """Make the poison of the new tiles this instruction uses, but of a tile it sets all of without reading.
+
+        An instruction with registers or views at run-time offsets has had every poison made in :meth:`issue`.
+        """
         overwritten = None
         if spec.overwrites is not None and spec.overwrites(ops) and ops.dst._base is None:
             overwritten = ops.dst
-        memory.settle_poison(reads, writes, overwritten)
+        self.memory.settle_poison(reads, writes, overwritten)
 
     def _accesses(
         self,
