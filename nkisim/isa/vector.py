@@ -29,6 +29,7 @@ from nkisim.isa.common import (
     same_format,
     write,
 )
+from nkisim.isa.kernels import BINARY_F32_CODES, binary_f32
 from nkisim.isa.ops import OPS, Op
 from nkisim.isa.spec import (
     Check,
@@ -191,6 +192,15 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         and dst.shape == data1.shape == data2.shape
         and not is_tfloat32(ops.dst.dtype)
     ):
+        code = BINARY_F32_CODES.get(ops.op.binary)
+        if (
+            code is not None
+            and dst.ndim == 2
+            and _apart_or_same(ops.dst, ops.data1)
+            and _apart_or_same(ops.dst, ops.data2)
+        ):
+            binary_f32(code, dst, data1, data2)
+            return
         # float32 in and out: the ufunc writes dst directly (numpy orders overlapping operands as if copied)
         with np.errstate(all="ignore"):
             ops.op.binary(data1, data2, out=dst)
@@ -201,6 +211,17 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
         return
     write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
+
+
+def _apart_or_same(dst: Tensor, src: Tensor) -> bool:
+    """Whether ``src`` shares no byte with ``dst`` or is the very same view of it: an element-wise loop then reads
+    each element before writing it, as numpy's ufunc does for overlapping operands."""
+    if dst.__class__ is not Tensor or src.__class__ is not Tensor:  # a view at run-time offsets
+        return False
+    a, b = dst.region, src.region
+    if a.storage is not b.storage or a.r1 <= b.r0 or b.r1 <= a.r0 or a.b1 <= b.b0 or b.b1 <= a.b0:
+        return True
+    return dst.byte_offset == src.byte_offset and dst.array.strides == src.array.strides
 
 
 # -- tensor_scalar --------------------------------------------------------------------

@@ -18,6 +18,8 @@ import nkisim.nki.language as nl
 from nkisim.isa import OPS
 from nkisim.isa.kernels import (
     ALU_CODES,
+    BINARY_F32_CODES,
+    binary_f32,
     cumulative_kernel,
     tensor_tensor_scan_kernel,
     tensor_tensor_scan_reference,
@@ -86,6 +88,31 @@ def test_scan_kernel_is_bit_identical_to_its_reference_for_every_operator_pair()
                 got = tensor_tensor_scan_kernel(d0, d1, init, ALU_CODES[op0], ALU_CODES[op1], rev0, rev1)
                 want = tensor_tensor_scan_reference(d0, d1, init, OPS[op0], OPS[op1], rev0, rev1)
                 assert_bits_equal(got, want)
+
+
+@FAST
+@given(
+    shape=st.tuples(partitions, st.integers(1, 300)),
+    ufunc=st.sampled_from(sorted(BINARY_F32_CODES, key=lambda u: u.__name__)),
+    in_place=st.booleans(),
+    seed=seeds,
+)
+def test_binary_f32_kernel_gives_numpys_bits_on_strided_rows(shape, ufunc, in_place, seed):
+    """Rows at a partition pitch, as tiles are; NaN, infinities, -0.0 and subnormals included. Where both operands
+    are NaN either payload may stay (numpy's own loops differ), so only NaN-ness is compared there."""
+    rng = np.random.default_rng(seed)
+    rows, cols = shape
+    pitch = 3 * cols + 5  # float32 elements per row of the backing array: no operand shares a byte with another
+    backing = np.zeros((rows, pitch), F32)
+    x, y, dst = (backing[:, k * cols : (k + 1) * cols] for k in range(3))
+    x[...], y[...] = special_values(rng, shape), special_values(rng, shape)
+    with np.errstate(all="ignore"):
+        want = ufunc(x, y)
+    both_nan = np.isnan(x) & np.isnan(y)
+    binary_f32(BINARY_F32_CODES[ufunc], x if in_place else dst, x, y)
+    got = x if in_place else dst
+    assert np.isnan(got[both_nan]).all()
+    assert_bits_equal(np.where(both_nan, F32(0), got), np.where(both_nan, F32(0), want))
 
 
 @FAST
