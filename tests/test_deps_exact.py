@@ -71,8 +71,11 @@ ROWS, ROW_BYTES = 3, 300
 
 @st.composite
 def regions(draw, storage: Storage) -> Region:
-    r0 = draw(st.integers(0, storage.rows - 1))
-    r1 = draw(st.integers(r0, storage.rows))
+    if draw(st.booleans()):  # every row, as a tile over all partitions: the columns a summary holds
+        r0, r1 = 0, storage.rows
+    else:
+        r0 = draw(st.integers(0, storage.rows - 1))
+        r1 = draw(st.integers(r0, storage.rows))
     # offsets near cell edges are the interesting ones: draw some there on purpose
     edge = st.sampled_from([0, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 299, 300])
     b0 = draw(st.one_of(st.integers(0, storage.row_bytes), edge.filter(lambda b: b <= storage.row_bytes)))
@@ -170,7 +173,7 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
             if dirty:
                 tracker._ends[tracker._used :] = 1e9
                 tracker._codes[tracker._used :] = 1  # "written by instruction 0", were it read
-                _dirty_uncleared_columns(tracker)
+                _dirty_summarised_columns(tracker)
             reads = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=3))
             writes = data.draw(st.lists(st.sampled_from(storages).flatmap(regions), max_size=2))
             track = data.draw(st.integers(0, 3))
@@ -182,31 +185,47 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
             reference.commit(reads, writes, end, index, track, end + 7.0)
 
 
-def _dirty_uncleared_columns(tracker: AccessTracker) -> None:
-    """Garbage in every grid's columns not cleared yet (grids are cleared a prefix of columns at a time)."""
-    for g, done in enumerate(tracker._cleared):
+def _summaries(tracker: AccessTracker, g: int) -> np.ndarray:
+    """Grid ``g``'s summary codes, [map, column] (deps._CELLS: the column's cells hold its records)."""
+    cols, offset = int(tracker._grids[g, 2]), int(tracker._grids[g, 5])
+    return tracker._sum_codes[offset : offset + 2 * cols].reshape(2, cols)
+
+
+def _dirty_summarised_columns(tracker: AccessTracker, code: int = 1) -> None:
+    """Garbage in the cells of every summarised column (never cleared: only a column's summary counts)."""
+    for g in range(len(tracker._grid_of)):
         offset, rows, cols = (int(v) for v in tracker._grids[g, :3])
-        for first in (offset, offset + rows * cols):
-            tracker._ends[first + done * rows : first + cols * rows] = 1e9
-            tracker._codes[first + done * rows : first + cols * rows] = 1
+        cells_codes = tracker._codes[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
+        cells_ends = tracker._ends[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
+        summarised = _summaries(tracker, g) != deps._CELLS
+        cells_ends[summarised] = 1e9
+        cells_codes[summarised] = code  # "written by instruction 0", were it read
 
 
-def test_a_grid_is_cleared_a_prefix_of_columns_at_a_time_as_regions_reach_them():
-    """A region far into a storage clears the columns below it; untouched columns may hold anything."""
-    wide = Storage("sbuf", 4, 64 * 512)  # 512 cells a row
+def test_a_new_grid_has_no_record_and_tiles_over_every_partition_keep_column_summaries():
+    """No cell of a new grid is cleared; a write over every row of a column keeps one record for it, and an access
+    to some rows writes the column's cells first."""
+    wide = Storage("sbuf", 16, 64 * 512)  # 512 cells a row, 16 rows
     tracker = AccessTracker(SYNC)
-    tracker.commit([], [Region(wide, 0, 4, 0, 64)], 5.0, 0, 0)
+    _dirty_summarised_columns(tracker)  # no grid yet
+    tracker.commit([], [Region(wide, 0, 16, 0, 64)], 5.0, 0, 0)
     g = tracker._grid_of[wide.uid]
-    assert tracker._cleared[g] == 64  # at least 64 columns at once
-    _dirty_uncleared_columns(tracker)
-    far = Region(wide, 0, 4, 64 * 300, 64 * 301)
-    assert tracker.ready([far], [], 0) == (0.0, -1)  # cleared before it is read: no record of instruction 0
-    assert tracker._cleared[g] == 301
-    assert tracker.ready([], [Region(wide, 0, 4, 0, 64 * 301)], 1) == (5.0 + SYNC, 0)
-    everything = Region(wide, 0, 4, 0, 64 * 512)
-    tracker.commit([], [everything], 9.0, 1, 0)
-    assert tracker._cleared[g] == 512 and tracker._cleared_bytes[g] > 64 * 512
-    assert tracker.ready([everything], [], 0) == (9.0, 1)
+    assert _summaries(tracker, g)[deps.WRITES, 0] == 1  # instruction 0 wrote every row of column 0
+    assert (_summaries(tracker, g)[:, 1:] == 0).all()  # the others: no record, and their cells were never written
+    _dirty_summarised_columns(tracker)
+    far = Region(wide, 0, 16, 64 * 300, 64 * 301)
+    assert tracker.ready([far], [], 0) == (0.0, -1)
+    assert tracker.ready([], [Region(wide, 0, 16, 0, 64 * 301)], 1) == (5.0 + SYNC, 0)
+    tracker.commit([], [Region(wide, 3, 5, 0, 64)], 7.0, 1, 0)  # two rows of column 0: its cells hold them now
+    assert _summaries(tracker, g)[deps.WRITES, 0] == deps._CELLS
+    _dirty_summarised_columns(tracker)
+    assert tracker.ready([Region(wide, 0, 3, 0, 64)], [], 0) == (5.0, 0)  # rows 0-2: instruction 0's still
+    assert tracker.ready([Region(wide, 2, 16, 0, 64)], [], 0) == (7.0, 1)
+    everything = Region(wide, 0, 16, 0, 64 * 512)
+    tracker.commit([everything], [everything], 9.0, 2, 0)
+    assert (_summaries(tracker, g) == 3).all()  # every column of both maps: one record again
+    _dirty_summarised_columns(tracker)
+    assert tracker.ready([everything], [everything], 0) == (9.0, 2)
 
 
 def test_a_storage_met_after_the_arena_held_other_values_starts_with_no_records():
@@ -299,15 +318,12 @@ def test_slices_of_one_tile_at_byte_offsets(second_at: int, depends: bool):
     assert (second.producer == first.index) is depends
 
 
-def test_split_cells_counts_only_the_columns_cleared_so_far():
-    """Columns no region reached hold whatever the reused memory held; they are not counted as split."""
-    wide = Storage("sbuf", 4, 64 * 512)
+def test_split_cells_counts_only_the_columns_whose_cells_hold_records():
+    """A summarised column's cells hold whatever the reused memory held; they are not counted as split."""
+    wide = Storage("sbuf", 16, 64 * 512)
     tracker = AccessTracker(SYNC)
-    tracker.commit([], [Region(wide, 0, 4, 0, 64)], 5.0, 0, 0)  # whole cells
-    _dirty_uncleared_columns(tracker)
-    g = tracker._grid_of[wide.uid]
-    offset, rows, cols = (int(v) for v in tracker._grids[g, :3])
-    tracker._codes[offset + tracker._cleared[g] * rows : offset + cols * rows] = -1  # "split", were it read
+    tracker.commit([], [Region(wide, 0, 16, 0, 64)], 5.0, 0, 0)  # whole cells
+    _dirty_summarised_columns(tracker, code=-1)  # "split", were they read
     assert tracker.split_cells(wide) == 0
-    tracker.commit([], [Region(wide, 0, 4, 10, 20)], 6.0, 1, 0)  # part of a cell: one split cell per row
-    assert tracker.split_cells(wide) == 4
+    tracker.commit([], [Region(wide, 0, 16, 10, 20)], 6.0, 1, 0)  # part of a cell: one split cell per row
+    assert tracker.split_cells(wide) == 16

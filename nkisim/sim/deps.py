@@ -18,9 +18,12 @@ record. An access that covers a split cell whole can merge it back: a write alwa
 does, a read when it ends last. Neighbouring segments with equal records are merged.
 So tiles at any byte offset never share a record, and aligned kernels pay no more than
 for a plain grid. The maps are stored a column of rows at a time (a tile spans many
-partitions and few cells), so that a column holding one record, the usual case, is
-checked or filled by a vectorised pass. The cell loops are compiled with numba, and one
-compiled call answers (or records) all of an instruction's regions.
+partitions and few cells). A column whose rows all hold one record, the usual case
+(tiles span every partition), keeps it in a *summary* instead of its cells: it is checked
+or recorded in one step, and a new storage needs no clearing, as every column starts as the
+summary "no record". An access to some rows of a summarised column first writes the summary
+to its cells. The cell loops are compiled with numba, and one compiled call answers (or
+records) all of an instruction's regions.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ SHORT_COLUMN = 8
 #: Bytes per cell on chip.
 ON_CHIP_GRANULE = 64
 
-#: The cleared bytes of a grid cleared whole: any region's end is below it.
-_ALL_BYTES = 1 << 62
+#: A column summary's code when the column's cells hold its records (else the code every row of it holds).
+_CELLS = -1
 
 # return codes of _assign
 _DONE, _NEEDS_SLOTS, _NEEDS_LONGER = 0, 1, 2
@@ -110,9 +113,22 @@ def _fill_column(column_ends: np.ndarray, column_codes: np.ndarray, r0: int, r1:
 
 
 @numba.njit(cache=True, nogil=True)
+def _unsummarise(
+    ends: np.ndarray, codes: np.ndarray, sum_ends: np.ndarray, sum_codes: np.ndarray, m: int, c: int
+) -> None:
+    """Give every row of column ``c`` of map ``m`` its summary's record; the cells hold the column's records then."""
+    code = sum_codes[m, c]
+    if code != _CELLS:
+        _fill_column(ends[m, c], codes[m, c], 0, codes.shape[2], sum_ends[m, c], code)
+        sum_codes[m, c] = _CELLS
+
+
+@numba.njit(cache=True, nogil=True)
 def _scan(
     ends: np.ndarray,
     codes: np.ndarray,
+    sum_ends: np.ndarray,
+    sum_codes: np.ndarray,
     m: int,
     pool: np.ndarray,
     granule: int,
@@ -130,7 +146,7 @@ def _scan(
     maxima, the first in address order (row by row) wins; ``(-1.0, -1)`` when no byte has a record.
     Cells are visited a column of rows at a time (the maps' memory order); a cell holding the same
     code as the one above it holds the same record (an instruction records one time in a map), so
-    it cannot win and costs one comparison.
+    it cannot win and costs one comparison. A summarised column is its summary in every row.
     """
     best, who, best_pos = -1.0, -1, 0
     if r1 <= r0 or b1 <= b0:
@@ -139,27 +155,39 @@ def _scan(
     if r1 - r0 < SHORT_COLUMN:  # few rows (a batch-1 HBM tensor is one row of many cells): in address order
         rows = codes.shape[2]
         flat_codes, flat_ends = codes[m].reshape(-1), ends[m].reshape(-1)  # cell (c, r) at c * rows + r
-        c0 = b0 // granule
+        column_sums, column_sum_ends = sum_codes[m], sum_ends[m]
         for r in range(r0, r1):
             left = 0
-            for i in range(c0 * rows + r, ((b1 + granule - 1) // granule) * rows, rows):
-                code = flat_codes[i]
+            for c in range(b0 // granule, (b1 + granule - 1) // granule):
+                summary = column_sums[c]
+                code = summary if summary != _CELLS else flat_codes[c * rows + r]
                 if code == left or code == 0:  # the record of the cell before it, or none
                     left = code
                     continue
                 left = code
                 if code > 0:
                     producer = code - 1
-                    t = flat_ends[i]
+                    t = column_sum_ends[c] if summary != _CELLS else flat_ends[c * rows + r]
                     if tracks[producer] != track:
                         t += sync_ns
                 else:
-                    base = (i // rows) * granule
+                    base = c * granule
                     t, producer = _scan_split(pool, -code, b0 - base, b1 - base, tracks, track, sync_ns)
                 if producer >= 0 and t > best:
                     best, who = t, producer
         return best, who
     for c in range(b0 // granule, (b1 + granule - 1) // granule):
+        summary = sum_codes[m, c]
+        if summary != _CELLS:  # one record in every row: decided as the first row of the region
+            if summary > 0:
+                producer = summary - 1
+                t = sum_ends[m, c]
+                if tracks[producer] != track:
+                    t += sync_ns
+                pos = r0 * cols + c
+                if t > best or (t == best and pos < best_pos):
+                    best, who, best_pos = t, producer, pos
+            continue
         column_codes = codes[m, c]
         column_ends = ends[m, c]
         above = 0
@@ -285,6 +313,8 @@ def _whole_split(
 def _assign(
     ends: np.ndarray,
     codes: np.ndarray,
+    sum_ends: np.ndarray,
+    sum_codes: np.ndarray,
     m: int,
     pool: np.ndarray,
     granule: int,
@@ -298,7 +328,9 @@ def _assign(
 ) -> int:
     """Record (end, ident) on the bytes in map ``m``: a write replaces, a read keeps a later end.
 
-    Returns ``_DONE``, or before changing anything ``_NEEDS_SLOTS`` / ``_NEEDS_LONGER``
+    A column whose every row the access covers whole keeps (or becomes) a summary when it holds
+    one record; the other columns it touches get their cells first.
+    Returns ``_DONE``, or before changing any record ``_NEEDS_SLOTS`` / ``_NEEDS_LONGER``
     when the pool must first grow (more slots, longer segment lists).
     """
     if r1 <= r0 or b1 <= b0:
@@ -314,6 +346,12 @@ def _assign(
     inner0 = c0 + 1 if left_cut else c0
     inner1 = max(inner0, c1 - 1 if right_cut else c1)
     meta = pool.shape[1] - 1
+    rows = codes.shape[2]
+    # summaries stay only on columns this access covers whole in every row, outside the few-row path
+    whole_rows = r0 == 0 and r1 == rows and r1 - r0 >= SHORT_COLUMN
+    for c in range(c0, c1):
+        if not whole_rows or c in (first, last):
+            _unsummarise(ends, codes, sum_ends, sum_codes, m, c)
     if first >= 0 or last >= 0:
         needed = 0
         for c in (first, last):
@@ -332,7 +370,6 @@ def _assign(
     last_width = row_bytes - (cols - 1) * granule
     any_split = pool.shape[0] - 1 != pool[0, meta].start
     if r1 - r0 < SHORT_COLUMN and inner1 > inner0:  # few rows: a row at a time, cell by cell (strided)
-        rows = codes.shape[2]
         flat_codes, flat_ends = codes[m].reshape(-1), ends[m].reshape(-1)  # cell (c, r) at c * rows + r
         for r in range(r0, r1):
             cells = range(inner0 * rows + r, inner1 * rows, rows)
@@ -352,6 +389,12 @@ def _assign(
                     flat_codes[i] = ident
         inner1 = inner0  # done
     for c in range(inner0, inner1):
+        summary = sum_codes[m, c]
+        if summary != _CELLS:  # every row holds one record (whole_rows): it stays one
+            if not keep_later or sum_ends[m, c] < end:
+                sum_ends[m, c] = end
+                sum_codes[m, c] = ident
+            continue
         column_codes = codes[m, c]
         column_ends = ends[m, c]
         if any_split:
@@ -363,14 +406,21 @@ def _assign(
                     if column_codes[r] < 0:
                         _whole_split(ends, codes, m, c, r, pool, last_width if c == cols - 1 else granule, end, ident)
         if keep_later and column_codes[r0] >= 0 and _uniform(column_codes, r0, r1):
-            if column_ends[r0] < end:  # one record, and so one end, in the whole column
+            later = column_ends[r0] < end  # one record, and so one end, in the whole column
+            if whole_rows:
+                sum_ends[m, c] = end if later else column_ends[r0]
+                sum_codes[m, c] = ident if later else column_codes[r0]
+            elif later:
                 _fill_column(column_ends, column_codes, r0, r1, end, ident)
         elif keep_later:  # a read keeps a later end; split cells hold codes < 0 and stay as they are
             for r in range(r0, r1):
                 if column_codes[r] >= 0 and column_ends[r] < end:
                     column_ends[r] = end
                     column_codes[r] = ident
-        else:  # a write replaces every record (split cells have just merged back)
+        elif whole_rows:  # a write replaces every record (split cells have just merged back)
+            sum_ends[m, c] = end
+            sum_codes[m, c] = ident
+        else:
             _fill_column(column_ends, column_codes, r0, r1, end, ident)
     for c in (first, last):
         if c >= 0:
@@ -393,6 +443,13 @@ def _maps(ends: np.ndarray, codes: np.ndarray, grids: np.ndarray, g: int) -> tup
 
 
 @numba.njit(cache=True, nogil=True)
+def _summaries(sum_ends: np.ndarray, sum_codes: np.ndarray, grids: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """Grid ``g``'s column summaries, ``[map, cell]`` views (code :data:`_CELLS`: the cells hold the records)."""
+    offset, cols = grids[g, 5], grids[g, 2]
+    return sum_ends[offset : offset + 2 * cols].reshape(2, cols), sum_codes[offset : offset + 2 * cols].reshape(2, cols)
+
+
+@numba.njit(cache=True, nogil=True)
 def _bounds(grids: np.ndarray, regions: np.ndarray, k: int) -> tuple[int, int, int, int]:
     """Region ``k``'s rows and bytes, clamped to its storage (the cell loops do no bounds checks)."""
     g = regions[k, 0]
@@ -408,6 +465,8 @@ def _bounds(grids: np.ndarray, regions: np.ndarray, k: int) -> tuple[int, int, i
 def _ready_all(
     ends: np.ndarray,
     codes: np.ndarray,
+    sum_ends: np.ndarray,
+    sum_codes: np.ndarray,
     pool: np.ndarray,
     grids: np.ndarray,
     regions: np.ndarray,
@@ -425,12 +484,13 @@ def _ready_all(
             best_reads, who_reads = best, who
         g = regions[k, 0]
         e, c = _maps(ends, codes, grids, g)
+        se, sc = _summaries(sum_ends, sum_codes, grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
-        t, producer = _scan(e, c, WRITES, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
+        t, producer = _scan(e, c, se, sc, WRITES, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
         if t > best:  # an earlier region wins a tie
             best, who = t, producer
         if k >= n_reads:
-            t, producer = _scan(e, c, READS, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
+            t, producer = _scan(e, c, se, sc, READS, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
             if t > best:
                 best, who = t, producer
     if n_writes == 0:
@@ -442,6 +502,8 @@ def _ready_all(
 def _commit_all(
     ends: np.ndarray,
     codes: np.ndarray,
+    sum_ends: np.ndarray,
+    sum_codes: np.ndarray,
     pool: np.ndarray,
     grids: np.ndarray,
     regions: np.ndarray,
@@ -460,9 +522,10 @@ def _commit_all(
     for k in range(first, n_reads + n_writes):
         g = regions[k, 0]
         e, c = _maps(ends, codes, grids, g)
+        se, sc = _summaries(sum_ends, sum_codes, grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
         m, at = (READS, end) if k < n_reads else (WRITES, visible)
-        status = _assign(e, c, m, pool, grids[g, 3], grids[g, 4], r0, r1, b0, b1, at, ident)
+        status = _assign(e, c, se, sc, m, pool, grids[g, 3], grids[g, 4], r0, r1, b0, b1, at, ident)
         if status != _DONE:
             return status, k
     return _DONE, -1
@@ -485,24 +548,25 @@ class AccessTracker:
     A producer on another engine or queue is waited for through a semaphore, which
     costs ``sync_ns`` more than waiting on the same in-order queue.
 
-    Every storage's write map and read map live in one arena (``ends``, ``codes``), described by a
-    row of ``grids``: (offset, rows, cells per row, granule, row bytes); the pool of segment lists
-    is shared. An instruction's regions are written to one small array, so that answering and
+    Every storage's write map and read map live in one arena (``ends``, ``codes``), and their column
+    summaries in another (``sum_ends``, ``sum_codes``), described by a row of ``grids``: (offset, rows,
+    cells per row, granule, row bytes, summary offset); the pool of segment lists is shared. An
+    instruction's regions are written to one small array, so that answering and
     recording cost one compiled call each, whatever the number of operands.
     """
 
     def __init__(self, sync_ns: float) -> None:
         self.sync_ns = sync_ns
         self._grid_of: dict[int, int] = {}  # storage uid -> row of _grids
-        #: Per grid, the columns cleared so far (a prefix), and the bytes of a row they cover.
-        self._cleared: list[int] = []
-        self._cleared_bytes: list[int] = []
         #: The kind of each grid's storage (``sbuf``, ``psum``, ``hbm``...), by row of _grids.
         self.kinds: list[str] = []
-        self._grids = np.zeros((8, 5), dtype=np.int64)
+        self._grids = np.zeros((8, 6), dtype=np.int64)
         self._used = 0  # cells of the arena in use
         self._ends = np.zeros(0)
         self._codes = np.zeros(0, dtype=np.int32)
+        self._sums_used = 0  # column summaries in use
+        self._sum_ends = np.zeros(0)
+        self._sum_codes = np.zeros(0, dtype=np.int32)
         self._pool = np.zeros((1, FIRST_LONGEST + 3), dtype=SEGMENT)
         self._more_slots(63)
         self._tracks = np.zeros(FIRST_INSTRUCTIONS, dtype=np.int32)
@@ -519,39 +583,28 @@ class AccessTracker:
             self._grids = np.concatenate([self._grids, np.zeros_like(self._grids)])
         size = 2 * rows * cols
         if self._used + size > len(self._ends):
-            # A large first capacity spares most kernels the copy (and its transient peak) of growing. It is left
-            # uncleared: np.zeros would clear all of it in every run but a process's first (the C library reuses
-            # freed blocks of up to 32 MiB), and only the cells regions touch are ever read, which are cleared
-            # first, a prefix of columns at a time (_clear_columns).
+            # A large first capacity spares most kernels the copy (and its transient peak) of growing. It is never
+            # cleared: a new grid's columns start summarised as "no record", and a column's cells are written
+            # before they are read (_unsummarise), so only the pages of cells some access reached are touched.
             capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
             ends, codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
             ends[: self._used] = self._ends[: self._used]
             codes[: self._used] = self._codes[: self._used]
             self._ends, self._codes = ends, codes
-        self._grids[g] = (self._used, rows, cols, granule, row_bytes)
+        if self._sums_used + 2 * cols > len(self._sum_ends):
+            capacity = max(self._sums_used + 2 * cols, 2 * len(self._sum_ends))
+            sum_ends, sum_codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
+            sum_ends[: self._sums_used] = self._sum_ends[: self._sums_used]
+            sum_codes[: self._sums_used] = self._sum_codes[: self._sums_used]
+            self._sum_ends, self._sum_codes = sum_ends, sum_codes
+        self._sum_ends[self._sums_used : self._sums_used + 2 * cols] = 0.0
+        self._sum_codes[self._sums_used : self._sums_used + 2 * cols] = 0  # every column: no record
+        self._grids[g] = (self._used, rows, cols, granule, row_bytes, self._sums_used)
         self._used += size
+        self._sums_used += 2 * cols
         self._grid_of[storage.uid] = g
         self.kinds.append(storage.kind)
-        self._cleared.append(0)
-        self._cleared_bytes.append(0)
         return g
-
-    def _clear_columns(self, g: int, b1: int) -> None:
-        """Clear grid ``g``'s cells (both maps) up to the column of byte ``b1`` and beyond, at least doubling.
-
-        Only cells a region has touched are ever read, and a region's cells lie in the columns below its end;
-        so a grid is cleared as a growing prefix of columns rather than whole when made (SBUF's maps are 9 MiB,
-        most of a small kernel's run, first touches of fresh pages included).
-        """
-        offset, rows, cols, granule, row_bytes = (int(v) for v in self._grids[g])
-        done = self._cleared[g]
-        need = -(-min(b1, row_bytes) // granule)
-        upto = min(cols, max(need, 2 * done, 64))
-        for first in (offset, offset + rows * cols):  # the write map, then the read map
-            self._ends[first + done * rows : first + upto * rows] = 0.0
-            self._codes[first + done * rows : first + upto * rows] = 0
-        self._cleared[g] = upto
-        self._cleared_bytes[g] = _ALL_BYTES if upto == cols else upto * granule
 
     def _write_regions(self, reads: list[Region], writes: list[Region]) -> None:
         """Write the regions to :attr:`_regions` (reads first), unless these very lists are there already."""
@@ -573,8 +626,6 @@ class AccessTracker:
         g = self._grid_of.get(region.storage.uid)
         if g is None:
             g = self._add_grid(region.storage)
-        if region.b1 > self._cleared_bytes[g]:
-            self._clear_columns(g, region.b1)
         return (g, region.r0, region.r1, region.b0, region.b1)
 
     def reserve(self, instructions: int) -> None:
@@ -593,8 +644,8 @@ class AccessTracker:
         """:meth:`ready` for the reads alone (RAW), and for the reads and writes (as :meth:`ready`), in one pass."""
         self._write_regions(reads, writes)
         best_reads, who_reads, best, who = _ready_all(
-            self._ends, self._codes, self._pool, self._grids, self._regions, len(reads), len(writes), self._tracks,
-            track, self.sync_ns,
+            self._ends, self._codes, self._sum_ends, self._sum_codes, self._pool, self._grids, self._regions,
+            len(reads), len(writes), self._tracks, track, self.sync_ns,
         )  # fmt: skip
         return (best_reads, who_reads), (best, who)
 
@@ -616,8 +667,8 @@ class AccessTracker:
         first = 0
         while True:
             status, first = _commit_all(
-                self._ends, self._codes, self._pool, self._grids, self._regions, len(reads), len(writes), first, end,
-                visible, index + 1,
+                self._ends, self._codes, self._sum_ends, self._sum_codes, self._pool, self._grids, self._regions,
+                len(reads), len(writes), first, end, visible, index + 1,
             )  # fmt: skip
             if status == _DONE:
                 return
@@ -654,6 +705,7 @@ class AccessTracker:
         if g is None:
             return 0
         offset, rows, cols = (int(x) for x in self._grids[g, :3])
-        cleared = self._cleared[g] * rows  # cells past the cleared columns hold whatever the memory held
-        maps = (self._codes[first : first + cleared] for first in (offset, offset + rows * cols))
-        return sum(int(np.count_nonzero(codes < 0)) for codes in maps)
+        summaries = int(self._grids[g, 5])
+        codes = self._codes[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
+        own = self._sum_codes[summaries : summaries + 2 * cols].reshape(2, cols) == _CELLS  # the others' cells: stale
+        return int(np.count_nonzero(codes[own] < 0))

@@ -142,6 +142,8 @@ def place_batch(
     dma_engines: int,
     ends: np.ndarray,
     codes: np.ndarray,
+    sum_ends: np.ndarray,
+    sum_codes: np.ndarray,
     pool: np.ndarray,
     grids: np.ndarray,
     tracks: np.ndarray,
@@ -179,7 +181,7 @@ def place_batch(
         r0, r1 = reg_off[k], reg_off[k + 1]
         nr = n_reads[k]
         _, who_reads, ready, producer = _ready_all(
-            ends, codes, pool, grids, regions[r0:r1], nr, r1 - r0 - nr, tracks, track, sync_ns
+            ends, codes, sum_ends, sum_codes, pool, grids, regions[r0:r1], nr, r1 - r0 - nr, tracks, track, sync_ns
         )
         for j in range(edge_off[k], edge_off[k + 1]):
             edge = edges[j]
@@ -210,7 +212,9 @@ def place_batch(
             has_key = setup_regions[k, 0] >= 0
             writer = -1
             if has_key:  # the stationary tile, and which instruction last wrote it
-                writer = _ready_all(ends, codes, pool, grids, setup_regions[k : k + 1], 1, 0, tracks, 0, sync_ns)[3]
+                writer = _ready_all(
+                    ends, codes, sum_ends, sum_codes, pool, grids, setup_regions[k : k + 1], 1, 0, tracks, 0, sync_ns
+                )[3]
             if setup_ns != 0.0:
                 same = (
                     has_key
@@ -260,7 +264,9 @@ def place_batch(
         out_i[k, 1] = producer if ready > free else previous
         out_i[k, 2] = track
         tracks[index] = track
-        status, at = _commit_all(ends, codes, pool, grids, regions[r0:r1], nr, r1 - r0 - nr, 0, end, visible, index + 1)
+        status, at = _commit_all(
+            ends, codes, sum_ends, sum_codes, pool, grids, regions[r0:r1], nr, r1 - r0 - nr, 0, end, visible, index + 1
+        )
         if status != _DONE:
             return status, k, at
     return _DONE, n, -1

@@ -249,11 +249,11 @@ class Scheduler:
         self._table_ids.append(-1 if table is None else self._tables.setdefault(table, len(self._tables)))
         self._dma.extend(cost.dma_engines or (0, self._dma_engines))
         rows, tracker = self._regions, self.tracker
-        row, grid_of, cleared = tracker.row, tracker._grid_of, tracker._cleared_bytes
+        row, grid_of = tracker.row, tracker._grid_of
         for region in (*reads, *writes):
             storage, r0, r1, b0, b1 = region
             g = grid_of.get(storage.uid)
-            if g is None or b1 > cleared[g]:  # a new storage, or bytes past what its maps have cleared
+            if g is None:  # a new storage
                 rows.extend(row(region))
             else:  # what tracker.row gives, without the call
                 rows.extend((g, r0, r1, b0, b1))
@@ -303,8 +303,8 @@ class Scheduler:
                 begin, n, base, *columns, self._scalars, self._flags, self._lane_free, self._lane_track,
                 self._lane_last, self._queues, self._engine_ns, self._engine_ports, self._port_free, self._port_kind,
                 self._grid_kind, self.hw.scalar.table_load_ns, self._cal_starts, self._cal_ends, self._cal_counts,
-                self._dma_engines, tracker._ends, tracker._codes, tracker._pool, tracker._grids, tracker._tracks,
-                placed_end, tracker.sync_ns, out_f, out_i,
+                self._dma_engines, tracker._ends, tracker._codes, tracker._sum_ends, tracker._sum_codes, tracker._pool,
+                tracker._grids, tracker._tracks, placed_end, tracker.sync_ns, out_f, out_i,
             )  # fmt: skip
             if status == _DONE:
                 break
@@ -317,8 +317,8 @@ class Scheduler:
                 else:
                     tracker._longer()
                 status, at = _commit_all(
-                    tracker._ends, tracker._codes, tracker._pool, tracker._grids, mine, int(reads[k]), writes, at,
-                    out_f[k, 1], out_f[k, 4], base + k + 1,
+                    tracker._ends, tracker._codes, tracker._sum_ends, tracker._sum_codes, tracker._pool, tracker._grids,
+                    mine, int(reads[k]), writes, at, out_f[k, 1], out_f[k, 4], base + k + 1,
                 )  # fmt: skip
             begin = k + 1
         named = len(tl.tracks)
