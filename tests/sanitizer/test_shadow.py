@@ -5,12 +5,15 @@ The reference is a per-byte numpy array of event ids painted by hand for each ac
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nkisim.memory import Buffer, Tensor
 from nkisim.memory.space import Storage
+from nkisim.sim import loops
 from nkisim.sim.loops import _Shadow
 
 ROWS, ROW_BYTES = 8, 64
@@ -32,6 +35,19 @@ views = st.tuples(
 @settings(max_examples=400, deadline=None)
 @given(accesses=st.lists(views, min_size=1, max_size=12), probe=views)
 def test_events_match_a_per_byte_reference(accesses, probe):
+    _events_match_a_per_byte_reference(accesses, probe)
+
+
+@settings(max_examples=300, deadline=None)
+@given(accesses=st.lists(views, min_size=1, max_size=12), probe=views)
+def test_events_match_a_per_byte_reference_with_boxes_over_many_index_buckets(accesses, probe):
+    """Buckets of 2 rows by 16 bytes: boxes span several of them in both directions (as an HBM tensor's row
+    blocks do the 128-row buckets)."""
+    with patch.object(loops, "BUCKET_ROWS", 2), patch.object(loops, "BUCKET_BYTES", 16):
+        _events_match_a_per_byte_reference(accesses, probe)
+
+
+def _events_match_a_per_byte_reference(accesses, probe):
     storage = Storage("sbuf", ROWS, ROW_BYTES)
     floats = storage.bytes.view(np.float32)  # 8 x 16 float32 over the storage's bytes
     shadow = _Shadow(storage)
