@@ -19,7 +19,8 @@ import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 from nkisim.memory import Region, Storage
 from nkisim.sim import deps
-from nkisim.sim.deps import AccessTracker
+from nkisim.sim import tracker as tracker_module
+from nkisim.sim.tracker import AccessTracker
 
 SYNC = 50.0
 
@@ -115,12 +116,21 @@ def test_tracker_matches_a_byte_level_reference_on_chip(data):
     _run_both(storage, data.draw(programs(storage)))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_tracker_matches_a_byte_level_reference_with_blocks_of_four_rows(data):
+    """Columns of 21 rows in blocks of four (the last one a row): summaries, cells and both in one column."""
+    storage = Storage("sbuf", 21, 130)
+    with patch.object(tracker_module, "BLOCK_SHIFT", 2):
+        _run_both(storage, data.draw(programs(storage)))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_tracker_matches_a_byte_level_reference_with_coarse_hbm_cells(data):
     storage = Storage("hbm", ROWS, ROW_BYTES)
-    with patch.object(deps, "HBM_CELLS", 4):  # 3 x 300 bytes in at most 4 cells: 256-byte cells
-        assert deps.granule_of(storage) == 256
+    with patch.object(tracker_module, "HBM_CELLS", 4):  # 3 x 300 bytes in at most 4 cells: 256-byte cells
+        assert tracker_module.granule_of(storage) == 256
         _run_both(storage, data.draw(programs(storage)))
 
 
@@ -168,7 +178,7 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
     # the arena is not cleared beyond its grids: garbage there (what reused memory holds) must never be read
     dirty = data.draw(st.booleans())
     first_cells = data.draw(st.sampled_from([8, 1 << 12]))  # 8: every new storage grows the arena
-    with patch.object(deps, "FIRST_ARENA_CELLS", first_cells):
+    with patch.object(tracker_module, "FIRST_ARENA_CELLS", first_cells):
         for index in range(data.draw(st.integers(1, 30))):
             if dirty:
                 tracker._ends[tracker._used :] = 1e9
@@ -186,53 +196,58 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
 
 
 def _summaries(tracker: AccessTracker, g: int) -> np.ndarray:
-    """Grid ``g``'s summary codes, [map, column] (deps._CELLS: the column's cells hold its records)."""
-    cols, offset = int(tracker._grids[g, 2]), int(tracker._grids[g, 5])
-    return tracker._sum_codes[offset : offset + 2 * cols].reshape(2, cols)
+    """Grid ``g``'s summary codes, [map, column, block of rows] (deps._CELLS: the block's cells hold its records)."""
+    rows, cols = int(tracker._grids[g, 1]), int(tracker._grids[g, 2])
+    offset, shift = int(tracker._grids[g, 5]), int(tracker._grids[g, 6])
+    blocks = (rows - 1 >> shift) + 1
+    return tracker._sum_codes[offset : offset + 2 * cols * blocks].reshape(2, cols, blocks)
 
 
 def _dirty_summarised_columns(tracker: AccessTracker, code: int = 1) -> None:
-    """Garbage in the cells of every summarised column (never cleared: only a column's summary counts)."""
+    """Garbage in the cells of every summarised block (never cleared: only a block's summary counts)."""
     for g in range(len(tracker._grid_of)):
         offset, rows, cols = (int(v) for v in tracker._grids[g, :3])
         cells_codes = tracker._codes[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
         cells_ends = tracker._ends[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
-        summarised = _summaries(tracker, g) != deps._CELLS
+        rows_per_block = 1 << int(tracker._grids[g, 6])
+        summarised = np.repeat(_summaries(tracker, g) != deps._CELLS, rows_per_block, axis=2)[:, :, :rows]
         cells_ends[summarised] = 1e9
         cells_codes[summarised] = code  # "written by instruction 0", were it read
 
 
-def test_a_new_grid_has_no_record_and_tiles_over_every_partition_keep_column_summaries():
-    """No cell of a new grid is cleared; a write over every row of a column keeps one record for it, and an access
-    to some rows writes the column's cells first."""
-    wide = Storage("sbuf", 16, 64 * 512)  # 512 cells a row, 16 rows
+def test_a_new_grid_has_no_record_and_tiles_over_whole_blocks_of_rows_keep_summaries():
+    """No cell of a new grid is cleared; a write over every row of a 32-row block keeps one record for it, and an
+    access to some rows of a block writes its cells first."""
+    wide = Storage("sbuf", 128, 64 * 512)  # 512 cells a row, 128 rows: four blocks of 32
     tracker = AccessTracker(SYNC)
     _dirty_summarised_columns(tracker)  # no grid yet
-    tracker.commit([], [Region(wide, 0, 16, 0, 64)], 5.0, 0, 0)
+    tracker.commit([], [Region(wide, 0, 128, 0, 64)], 5.0, 0, 0)
     g = tracker._grid_of[wide.uid]
-    assert _summaries(tracker, g)[deps.WRITES, 0] == 1  # instruction 0 wrote every row of column 0
+    assert (_summaries(tracker, g)[deps.WRITES, 0] == 1).all()  # instruction 0 wrote every row of column 0
     assert (_summaries(tracker, g)[:, 1:] == 0).all()  # the others: no record, and their cells were never written
     _dirty_summarised_columns(tracker)
-    far = Region(wide, 0, 16, 64 * 300, 64 * 301)
+    far = Region(wide, 0, 128, 64 * 300, 64 * 301)
     assert tracker.ready([far], [], 0) == (0.0, -1)
-    assert tracker.ready([], [Region(wide, 0, 16, 0, 64 * 301)], 1) == (5.0 + SYNC, 0)
-    tracker.commit([], [Region(wide, 3, 5, 0, 64)], 7.0, 1, 0)  # two rows of column 0: its cells hold them now
-    assert _summaries(tracker, g)[deps.WRITES, 0] == deps._CELLS
+    assert tracker.ready([], [Region(wide, 0, 128, 0, 64 * 301)], 1) == (5.0 + SYNC, 0)
+    tracker.commit([], [Region(wide, 64, 128, 0, 64)], 6.0, 1, 0)  # the two upper blocks: summaries still
+    tracker.commit([], [Region(wide, 3, 5, 0, 64)], 7.0, 2, 0)  # two rows of block 0: its cells hold them now
+    assert list(_summaries(tracker, g)[deps.WRITES, 0]) == [deps._CELLS, 1, 2, 2]
     _dirty_summarised_columns(tracker)
     assert tracker.ready([Region(wide, 0, 3, 0, 64)], [], 0) == (5.0, 0)  # rows 0-2: instruction 0's still
-    assert tracker.ready([Region(wide, 2, 16, 0, 64)], [], 0) == (7.0, 1)
-    everything = Region(wide, 0, 16, 0, 64 * 512)
-    tracker.commit([everything], [everything], 9.0, 2, 0)
-    assert (_summaries(tracker, g) == 3).all()  # every column of both maps: one record again
+    assert tracker.ready([Region(wide, 2, 40, 0, 64)], [], 0) == (7.0, 2)
+    assert tracker.ready([Region(wide, 5, 100, 0, 64)], [], 0) == (6.0, 1)
+    everything = Region(wide, 0, 128, 0, 64 * 512)
+    tracker.commit([everything], [everything], 9.0, 3, 0)
+    assert (_summaries(tracker, g) == 4).all()  # every block of both maps: one record again
     _dirty_summarised_columns(tracker)
-    assert tracker.ready([everything], [everything], 0) == (9.0, 2)
+    assert tracker.ready([everything], [everything], 0) == (9.0, 3)
 
 
 def test_a_storage_met_after_the_arena_held_other_values_starts_with_no_records():
     """The arena is not cleared beyond its grids; a new grid over old values (reused memory) starts empty."""
     first, second = Storage("sbuf", 4, 256), Storage("sbuf", 4, 256)
     tracker = AccessTracker(SYNC)
-    with patch.object(deps, "FIRST_ARENA_CELLS", 1 << 12):  # room for both grids: the second is made in place
+    with patch.object(tracker_module, "FIRST_ARENA_CELLS", 1 << 12):  # room for both grids: the second is made in place
         tracker.commit([], [Region(first, 0, 4, 0, 256)], 5.0, 0, 1)  # on another track: waited for by semaphore
         tracker._ends[tracker._used :] = 1e9
         tracker._codes[tracker._used :] = 1  # "written by instruction 0", were it read
@@ -320,10 +335,10 @@ def test_slices_of_one_tile_at_byte_offsets(second_at: int, depends: bool):
 
 def test_split_cells_counts_only_the_columns_whose_cells_hold_records():
     """A summarised column's cells hold whatever the reused memory held; they are not counted as split."""
-    wide = Storage("sbuf", 16, 64 * 512)
+    wide = Storage("sbuf", 48, 64 * 512)  # a block of 32 rows and one of 16
     tracker = AccessTracker(SYNC)
-    tracker.commit([], [Region(wide, 0, 16, 0, 64)], 5.0, 0, 0)  # whole cells
+    tracker.commit([], [Region(wide, 0, 48, 0, 64)], 5.0, 0, 0)  # whole cells
     _dirty_summarised_columns(tracker, code=-1)  # "split", were they read
     assert tracker.split_cells(wide) == 0
-    tracker.commit([], [Region(wide, 0, 16, 10, 20)], 6.0, 1, 0)  # part of a cell: one split cell per row
-    assert tracker.split_cells(wide) == 16
+    tracker.commit([], [Region(wide, 0, 48, 10, 20)], 6.0, 1, 0)  # part of a cell: one split cell per row
+    assert tracker.split_cells(wide) == 48

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,6 +16,7 @@ import nkisim.nki.language as nl
 from nkisim.examples.matmul import matmul_tiled
 from nkisim.sim import deps, placement
 from nkisim.sim import scheduler as scheduler_module
+from nkisim.sim import tracker as tracker_module
 
 
 def first_fit(busy: list[tuple[float, float]], earliest: float, duration: float) -> float:
@@ -129,5 +133,15 @@ def test_arrays_that_start_with_room_for_one_grow_to_the_same_timeline(monkeypat
     roomy = timeline_columns(nkisim.run(mixed, inputs, target="trn2").profile)
     monkeypatch.setattr(scheduler_module, "FIRST_COMPUTE_LANES", 1)
     monkeypatch.setattr(scheduler_module, "FIRST_CALENDAR", 1)
-    monkeypatch.setattr(deps, "FIRST_INSTRUCTIONS", 1)
+    monkeypatch.setattr(tracker_module, "FIRST_INSTRUCTIONS", 1)
     assert timeline_columns(nkisim.run(mixed, inputs, target="trn2").profile) == roomy
+
+
+def test_placement_names_the_deps_module_it_was_last_changed_with():
+    """numba invalidates place_batch's cache only when placement.py changes, yet the cache holds deps.py's compiled
+    scans: a change to deps.py must come with a change to placement.py (its DEPS_SHA256), or a stale cache could
+    run the old scans on the new arrays."""
+    source = Path(deps.__file__).read_text(encoding="utf-8").replace("\r\n", "\n")
+    assert hashlib.sha256(source.encode()).hexdigest() == placement.DEPS_SHA256, (
+        "nkisim/sim/deps.py changed: set placement.DEPS_SHA256 to its new SHA-256"
+    )

@@ -18,20 +18,19 @@ record. An access that covers a split cell whole can merge it back: a write alwa
 does, a read when it ends last. Neighbouring segments with equal records are merged.
 So tiles at any byte offset never share a record, and aligned kernels pay no more than
 for a plain grid. The maps are stored a column of rows at a time (a tile spans many
-partitions and few cells). A column whose rows all hold one record, the usual case
-(tiles span every partition), keeps it in a *summary* instead of its cells: it is checked
-or recorded in one step, and a new storage needs no clearing, as every column starts as the
-summary "no record". An access to some rows of a summarised column first writes the summary
-to its cells. The cell loops are compiled with numba, and one compiled call answers (or
-records) all of an instruction's regions.
+partitions and few cells). A block of 32 rows of a column that holds one record, the usual
+case (tiles span 32, 64 or 128 partitions), keeps it in a *summary* instead of its cells: it
+is checked or recorded in one step, and a new storage needs no clearing, as every block starts
+as the summary "no record". An access to some rows of a summarised block first writes the
+summary to its cells. The cell loops are compiled with numba, and one compiled call answers (or
+records) all of an instruction's regions. :class:`nkisim.sim.tracker.AccessTracker` holds the maps and
+calls them.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
-
-from nkisim.memory import Region, Storage
 
 #: Which map of a grid: the last writes, or the latest reads (a read keeps a later end already recorded).
 WRITES, READS = 0, 1
@@ -41,18 +40,10 @@ SEGMENT = np.dtype([("end", np.float64), ("id", np.int32), ("start", np.int32)])
 #: Segments a pool row holds to begin with (it doubles when a cell needs more).
 FIRST_LONGEST = 4
 
-#: Cells of one HBM tensor's map at most (before its granule grows): the same budget as the on-chip grids.
-HBM_CELLS = 1 << 18
-#: Cells of both maps the arena holds at first (48 MiB of address space: SBUF's maps and a few HBM tensors').
-FIRST_ARENA_CELLS = 1 << 22
-#: Instructions whose track the tracker has room for at first (it doubles when more come).
-FIRST_INSTRUCTIONS = 1024
 #: Below this many rows a region's cells are visited one by one rather than a column at a time.
 SHORT_COLUMN = 8
-#: Bytes per cell on chip.
-ON_CHIP_GRANULE = 64
 
-#: A column summary's code when the column's cells hold its records (else the code every row of it holds).
+#: A summary's code when its block's cells hold their records (else the code every row of the block holds).
 _CELLS = -1
 
 # return codes of _assign
@@ -114,13 +105,15 @@ def _fill_column(column_ends: np.ndarray, column_codes: np.ndarray, r0: int, r1:
 
 @numba.njit(cache=True, nogil=True)
 def _unsummarise(
-    ends: np.ndarray, codes: np.ndarray, sum_ends: np.ndarray, sum_codes: np.ndarray, m: int, c: int
+    ends: np.ndarray, codes: np.ndarray, sum_ends: np.ndarray, sum_codes: np.ndarray, m: int, c: int, k: int, shift: int
 ) -> None:
-    """Give every row of column ``c`` of map ``m`` its summary's record; the cells hold the column's records then."""
-    code = sum_codes[m, c]
+    """Give every row of block ``k`` of column ``c`` of map ``m`` its summary's record; its cells hold them then."""
+    code = sum_codes[m, c, k]
     if code != _CELLS:
-        _fill_column(ends[m, c], codes[m, c], 0, codes.shape[2], sum_ends[m, c], code)
-        sum_codes[m, c] = _CELLS
+        _fill_column(
+            ends[m, c], codes[m, c], k << shift, min((k + 1) << shift, codes.shape[2]), sum_ends[m, c, k], code
+        )
+        sum_codes[m, c, k] = _CELLS
 
 
 @numba.njit(cache=True, nogil=True)
@@ -129,6 +122,7 @@ def _scan(
     codes: np.ndarray,
     sum_ends: np.ndarray,
     sum_codes: np.ndarray,
+    shift: int,
     m: int,
     pool: np.ndarray,
     granule: int,
@@ -146,7 +140,7 @@ def _scan(
     maxima, the first in address order (row by row) wins; ``(-1.0, -1)`` when no byte has a record.
     Cells are visited a column of rows at a time (the maps' memory order); a cell holding the same
     code as the one above it holds the same record (an instruction records one time in a map), so
-    it cannot win and costs one comparison. A summarised column is its summary in every row.
+    it cannot win and costs one comparison. A summarised block is its summary in every row.
     """
     best, who, best_pos = -1.0, -1, 0
     if r1 <= r0 or b1 <= b0:
@@ -155,11 +149,11 @@ def _scan(
     if r1 - r0 < SHORT_COLUMN:  # few rows (a batch-1 HBM tensor is one row of many cells): in address order
         rows = codes.shape[2]
         flat_codes, flat_ends = codes[m].reshape(-1), ends[m].reshape(-1)  # cell (c, r) at c * rows + r
-        column_sums, column_sum_ends = sum_codes[m], sum_ends[m]
         for r in range(r0, r1):
             left = 0
+            k = r >> shift
             for c in range(b0 // granule, (b1 + granule - 1) // granule):
-                summary = column_sums[c]
+                summary = sum_codes[m, c, k]
                 code = summary if summary != _CELLS else flat_codes[c * rows + r]
                 if code == left or code == 0:  # the record of the cell before it, or none
                     left = code
@@ -167,7 +161,7 @@ def _scan(
                 left = code
                 if code > 0:
                     producer = code - 1
-                    t = column_sum_ends[c] if summary != _CELLS else flat_ends[c * rows + r]
+                    t = sum_ends[m, c, k] if summary != _CELLS else flat_ends[c * rows + r]
                     if tracks[producer] != track:
                         t += sync_ns
                 else:
@@ -177,42 +171,53 @@ def _scan(
                     best, who = t, producer
         return best, who
     for c in range(b0 // granule, (b1 + granule - 1) // granule):
-        summary = sum_codes[m, c]
-        if summary != _CELLS:  # one record in every row: decided as the first row of the region
-            if summary > 0:
-                producer = summary - 1
-                t = sum_ends[m, c]
-                if tracks[producer] != track:
-                    t += sync_ns
-                pos = r0 * cols + c
+        start = r0
+        while start < r1:
+            k = start >> shift
+            summary = sum_codes[m, c, k]
+            if summary != _CELLS:  # one record in every row of the block: decided as its first row in the region
+                if summary > 0:
+                    producer = summary - 1
+                    t = sum_ends[m, c, k]
+                    if tracks[producer] != track:
+                        t += sync_ns
+                    pos = start * cols + c
+                    if t > best or (t == best and pos < best_pos):
+                        best, who, best_pos = t, producer, pos
+                k += 1
+                while k << shift < r1 and sum_codes[m, c, k] == summary:  # the next blocks hold that record too
+                    k += 1
+                start = min(k << shift, r1)
+                continue
+            stop_run = min((k + 1) << shift, r1)  # the rows of this block and the next ones held in cells
+            while stop_run < r1 and sum_codes[m, c, stop_run >> shift] == _CELLS:
+                stop_run = min(((stop_run >> shift) + 1) << shift, r1)
+            column_codes = codes[m, c]  # views made only for a run of cells: they cost as much as a summary's check
+            column_ends = ends[m, c]
+            above = 0
+            # a run of one record (the usual case: a tile written whole) is decided by its first cell
+            stop = start + 1 if _uniform(column_codes, start, stop_run) else stop_run
+            for r in range(start, stop):
+                code = column_codes[r]
+                if code == above:
+                    continue
+                above = code
+                if code > 0:
+                    producer = code - 1
+                    t = column_ends[r]
+                    if tracks[producer] != track:
+                        t += sync_ns
+                elif code == 0:
+                    continue
+                else:
+                    base = c * granule
+                    t, producer = _scan_split(pool, -code, b0 - base, b1 - base, tracks, track, sync_ns)
+                    if producer < 0:
+                        continue
+                pos = r * cols + c
                 if t > best or (t == best and pos < best_pos):
                     best, who, best_pos = t, producer, pos
-            continue
-        column_codes = codes[m, c]
-        column_ends = ends[m, c]
-        above = 0
-        # a column of one record (the usual case: a tile written whole) is decided by its first cell
-        stop = r0 + 1 if _uniform(column_codes, r0, r1) else r1
-        for r in range(r0, stop):
-            code = column_codes[r]
-            if code == above:
-                continue
-            above = code
-            if code > 0:
-                producer = code - 1
-                t = column_ends[r]
-                if tracks[producer] != track:
-                    t += sync_ns
-            elif code == 0:
-                continue
-            else:
-                base = c * granule
-                t, producer = _scan_split(pool, -code, b0 - base, b1 - base, tracks, track, sync_ns)
-                if producer < 0:
-                    continue
-            pos = r * cols + c
-            if t > best or (t == best and pos < best_pos):
-                best, who, best_pos = t, producer, pos
+            start = stop_run
     return best, who
 
 
@@ -310,11 +315,52 @@ def _whole_split(
 
 
 @numba.njit(cache=True, nogil=True)
+def _assign_cells(
+    ends: np.ndarray,
+    codes: np.ndarray,
+    m: int,
+    c: int,
+    r0: int,
+    r1: int,
+    pool: np.ndarray,
+    width: int,
+    any_split: bool,
+    end: float,
+    ident: int,
+) -> None:
+    """Record (end, ident) on all the bytes of cells ``r0..r1`` of column ``c``, held in cells (not summarised)."""
+    if r1 <= r0:
+        return
+    keep_later = m == READS
+    column_codes = codes[m, c]
+    column_ends = ends[m, c]
+    if any_split:
+        negative = 0
+        for r in range(r0, r1):
+            negative += column_codes[r] >> 31  # -1 per split cell: a sum the compiler vectorises
+        if negative:  # split cells (rare): record on them first, out of line
+            for r in range(r0, r1):
+                if column_codes[r] < 0:
+                    _whole_split(ends, codes, m, c, r, pool, width, end, ident)
+    if keep_later and column_codes[r0] >= 0 and _uniform(column_codes, r0, r1):
+        if column_ends[r0] < end:  # one record, and so one end, in the whole run
+            _fill_column(column_ends, column_codes, r0, r1, end, ident)
+    elif keep_later:  # a read keeps a later end; split cells hold codes < 0 and stay as they are
+        for r in range(r0, r1):
+            if column_codes[r] >= 0 and column_ends[r] < end:
+                column_ends[r] = end
+                column_codes[r] = ident
+    else:  # a write replaces every record (split cells have just merged back)
+        _fill_column(column_ends, column_codes, r0, r1, end, ident)
+
+
+@numba.njit(cache=True, nogil=True)
 def _assign(
     ends: np.ndarray,
     codes: np.ndarray,
     sum_ends: np.ndarray,
     sum_codes: np.ndarray,
+    shift: int,
     m: int,
     pool: np.ndarray,
     granule: int,
@@ -328,8 +374,8 @@ def _assign(
 ) -> int:
     """Record (end, ident) on the bytes in map ``m``: a write replaces, a read keeps a later end.
 
-    A column whose every row the access covers whole keeps (or becomes) a summary when it holds
-    one record; the other columns it touches get their cells first.
+    A block of rows the access covers whole (all of its cell's bytes, every row) keeps its summary, or
+    becomes one when it then holds one record; the blocks it covers in part get their cells first.
     Returns ``_DONE``, or before changing any record ``_NEEDS_SLOTS`` / ``_NEEDS_LONGER``
     when the pool must first grow (more slots, longer segment lists).
     """
@@ -347,11 +393,16 @@ def _assign(
     inner1 = max(inner0, c1 - 1 if right_cut else c1)
     meta = pool.shape[1] - 1
     rows = codes.shape[2]
-    # summaries stay only on columns this access covers whole in every row, outside the few-row path
-    whole_rows = r0 == 0 and r1 == rows and r1 - r0 >= SHORT_COLUMN
-    for c in range(c0, c1):
-        if not whole_rows or c in (first, last):
-            _unsummarise(ends, codes, sum_ends, sum_codes, m, c)
+    # the blocks of rows covered whole keep summaries [full0, full1), outside the few-row path; the others get cells
+    full0 = (r0 + (1 << shift) - 1) >> shift
+    full1 = (r1 >> shift) if r1 < rows else ((rows - 1) >> shift) + 1
+    if r1 - r0 < SHORT_COLUMN or full0 >= full1:
+        full0 = full1 = 0
+    if first >= 0 or last >= 0 or full0 > r0 >> shift or full1 <= (r1 - 1) >> shift:  # some block in part
+        for c in range(c0, c1):
+            for k in range(r0 >> shift, ((r1 - 1) >> shift) + 1):
+                if c in (first, last) or not full0 <= k < full1:
+                    _unsummarise(ends, codes, sum_ends, sum_codes, m, c, k, shift)
     if first >= 0 or last >= 0:
         needed = 0
         for c in (first, last):
@@ -389,39 +440,26 @@ def _assign(
                     flat_codes[i] = ident
         inner1 = inner0  # done
     for c in range(inner0, inner1):
-        summary = sum_codes[m, c]
-        if summary != _CELLS:  # every row holds one record (whole_rows): it stays one
-            if not keep_later or sum_ends[m, c] < end:
-                sum_ends[m, c] = end
-                sum_codes[m, c] = ident
+        width = last_width if c == cols - 1 else granule
+        if full0 == full1:
+            _assign_cells(ends, codes, m, c, r0, r1, pool, width, any_split, end, ident)
             continue
-        column_codes = codes[m, c]
-        column_ends = ends[m, c]
-        if any_split:
-            negative = 0
-            for r in range(r0, r1):
-                negative += column_codes[r] >> 31  # -1 per split cell: a sum the compiler vectorises
-            if negative:  # split cells (rare): record on them first, out of line
-                for r in range(r0, r1):
-                    if column_codes[r] < 0:
-                        _whole_split(ends, codes, m, c, r, pool, last_width if c == cols - 1 else granule, end, ident)
-        if keep_later and column_codes[r0] >= 0 and _uniform(column_codes, r0, r1):
-            later = column_ends[r0] < end  # one record, and so one end, in the whole column
-            if whole_rows:
-                sum_ends[m, c] = end if later else column_ends[r0]
-                sum_codes[m, c] = ident if later else column_codes[r0]
-            elif later:
-                _fill_column(column_ends, column_codes, r0, r1, end, ident)
-        elif keep_later:  # a read keeps a later end; split cells hold codes < 0 and stay as they are
-            for r in range(r0, r1):
-                if column_codes[r] >= 0 and column_ends[r] < end:
-                    column_ends[r] = end
-                    column_codes[r] = ident
-        elif whole_rows:  # a write replaces every record (split cells have just merged back)
-            sum_ends[m, c] = end
-            sum_codes[m, c] = ident
-        else:
-            _fill_column(column_ends, column_codes, r0, r1, end, ident)
+        # the rows of blocks covered in part (before and after the whole ones) are cells
+        if r0 < full0 << shift:
+            _assign_cells(ends, codes, m, c, r0, full0 << shift, pool, width, any_split, end, ident)
+        if full1 << shift < r1:
+            _assign_cells(ends, codes, m, c, full1 << shift, r1, pool, width, any_split, end, ident)
+        for k in range(full0, full1):
+            if sum_codes[m, c, k] != _CELLS:  # every row of the block holds one record: it stays one
+                if not keep_later or sum_ends[m, c, k] < end:
+                    sum_ends[m, c, k] = end
+                    sum_codes[m, c, k] = ident
+                continue
+            start, stop = k << shift, min((k + 1) << shift, rows)
+            _assign_cells(ends, codes, m, c, start, stop, pool, width, any_split, end, ident)
+            if codes[m, c, start] >= 0 and _uniform(codes[m, c], start, stop):  # one record now: summarised
+                sum_ends[m, c, k] = ends[m, c, start]
+                sum_codes[m, c, k] = codes[m, c, start]
     for c in (first, last):
         if c >= 0:
             base = c * granule
@@ -444,9 +482,13 @@ def _maps(ends: np.ndarray, codes: np.ndarray, grids: np.ndarray, g: int) -> tup
 
 @numba.njit(cache=True, nogil=True)
 def _summaries(sum_ends: np.ndarray, sum_codes: np.ndarray, grids: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
-    """Grid ``g``'s column summaries, ``[map, cell]`` views (code :data:`_CELLS`: the cells hold the records)."""
-    offset, cols = grids[g, 5], grids[g, 2]
-    return sum_ends[offset : offset + 2 * cols].reshape(2, cols), sum_codes[offset : offset + 2 * cols].reshape(2, cols)
+    """Grid ``g``'s block summaries, ``[map, cell, block]`` views (code :data:`_CELLS`: the cells hold the records)."""
+    offset, cols, blocks = grids[g, 5], grids[g, 2], ((grids[g, 1] - 1) >> grids[g, 6]) + 1
+    size = 2 * cols * blocks
+    return (
+        sum_ends[offset : offset + size].reshape(2, cols, blocks),
+        sum_codes[offset : offset + size].reshape(2, cols, blocks),
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -486,11 +528,15 @@ def _ready_all(
         e, c = _maps(ends, codes, grids, g)
         se, sc = _summaries(sum_ends, sum_codes, grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
-        t, producer = _scan(e, c, se, sc, WRITES, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
+        t, producer = _scan(
+            e, c, se, sc, grids[g, 6], WRITES, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns
+        )
         if t > best:  # an earlier region wins a tie
             best, who = t, producer
         if k >= n_reads:
-            t, producer = _scan(e, c, se, sc, READS, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns)
+            t, producer = _scan(
+                e, c, se, sc, grids[g, 6], READS, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns
+            )
             if t > best:
                 best, who = t, producer
     if n_writes == 0:
@@ -525,187 +571,7 @@ def _commit_all(
         se, sc = _summaries(sum_ends, sum_codes, grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
         m, at = (READS, end) if k < n_reads else (WRITES, visible)
-        status = _assign(e, c, se, sc, m, pool, grids[g, 3], grids[g, 4], r0, r1, b0, b1, at, ident)
+        status = _assign(e, c, se, sc, grids[g, 6], m, pool, grids[g, 3], grids[g, 4], r0, r1, b0, b1, at, ident)
         if status != _DONE:
             return status, k
     return _DONE, -1
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def granule_of(storage: Storage) -> int:
-    """Bytes per cell of a storage's maps: 64 on chip; an HBM tensor's rows in at most :data:`HBM_CELLS` cells."""
-    if storage.kind != "hbm":
-        return ON_CHIP_GRANULE
-    return max(ON_CHIP_GRANULE, _next_pow2(-(-storage.rows * storage.row_bytes // HBM_CELLS)))
-
-
-class AccessTracker:
-    """Answers "when may this instruction start?" and records when it is done.
-
-    A producer on another engine or queue is waited for through a semaphore, which
-    costs ``sync_ns`` more than waiting on the same in-order queue.
-
-    Every storage's write map and read map live in one arena (``ends``, ``codes``), and their column
-    summaries in another (``sum_ends``, ``sum_codes``), described by a row of ``grids``: (offset, rows,
-    cells per row, granule, row bytes, summary offset); the pool of segment lists is shared. An
-    instruction's regions are written to one small array, so that answering and
-    recording cost one compiled call each, whatever the number of operands.
-    """
-
-    def __init__(self, sync_ns: float) -> None:
-        self.sync_ns = sync_ns
-        self._grid_of: dict[int, int] = {}  # storage uid -> row of _grids
-        #: The kind of each grid's storage (``sbuf``, ``psum``, ``hbm``...), by row of _grids.
-        self.kinds: list[str] = []
-        self._grids = np.zeros((8, 6), dtype=np.int64)
-        self._used = 0  # cells of the arena in use
-        self._ends = np.zeros(0)
-        self._codes = np.zeros(0, dtype=np.int32)
-        self._sums_used = 0  # column summaries in use
-        self._sum_ends = np.zeros(0)
-        self._sum_codes = np.zeros(0, dtype=np.int32)
-        self._pool = np.zeros((1, FIRST_LONGEST + 3), dtype=SEGMENT)
-        self._more_slots(63)
-        self._tracks = np.zeros(FIRST_INSTRUCTIONS, dtype=np.int32)
-        self._regions = np.zeros((8, 5), dtype=np.int64)
-        # the lists whose regions _regions holds (the scheduler asks and then records with the same lists)
-        self._filled: tuple[list[Region], list[Region]] | None = None
-
-    def _add_grid(self, storage: Storage) -> int:
-        granule = granule_of(storage)
-        rows, row_bytes = storage.rows, storage.row_bytes
-        cols = -(-row_bytes // granule)
-        g = len(self._grid_of)
-        if g == len(self._grids):
-            self._grids = np.concatenate([self._grids, np.zeros_like(self._grids)])
-        size = 2 * rows * cols
-        if self._used + size > len(self._ends):
-            # A large first capacity spares most kernels the copy (and its transient peak) of growing. It is never
-            # cleared: a new grid's columns start summarised as "no record", and a column's cells are written
-            # before they are read (_unsummarise), so only the pages of cells some access reached are touched.
-            capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
-            ends, codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
-            ends[: self._used] = self._ends[: self._used]
-            codes[: self._used] = self._codes[: self._used]
-            self._ends, self._codes = ends, codes
-        if self._sums_used + 2 * cols > len(self._sum_ends):
-            capacity = max(self._sums_used + 2 * cols, 2 * len(self._sum_ends))
-            sum_ends, sum_codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
-            sum_ends[: self._sums_used] = self._sum_ends[: self._sums_used]
-            sum_codes[: self._sums_used] = self._sum_codes[: self._sums_used]
-            self._sum_ends, self._sum_codes = sum_ends, sum_codes
-        self._sum_ends[self._sums_used : self._sums_used + 2 * cols] = 0.0
-        self._sum_codes[self._sums_used : self._sums_used + 2 * cols] = 0  # every column: no record
-        self._grids[g] = (self._used, rows, cols, granule, row_bytes, self._sums_used)
-        self._used += size
-        self._sums_used += 2 * cols
-        self._grid_of[storage.uid] = g
-        self.kinds.append(storage.kind)
-        return g
-
-    def _write_regions(self, reads: list[Region], writes: list[Region]) -> None:
-        """Write the regions to :attr:`_regions` (reads first), unless these very lists are there already."""
-        filled = self._filled
-        if filled is not None and filled[0] is reads and filled[1] is writes:
-            return
-        count = len(reads) + len(writes)
-        if count > len(self._regions):
-            self._regions = np.zeros((_next_pow2(count), 5), dtype=np.int64)
-        rows, k = self._regions, 0
-        for regions in (reads, writes):
-            for region in regions:
-                rows[k] = self.row(region)
-                k += 1
-        self._filled = (reads, writes)
-
-    def row(self, region: Region) -> tuple[int, int, int, int, int]:
-        """``region`` as the compiled functions take it: (grid, r0, r1, b0, b1), its storage's grid made if new."""
-        g = self._grid_of.get(region.storage.uid)
-        if g is None:
-            g = self._add_grid(region.storage)
-        return (g, region.r0, region.r1, region.b0, region.b1)
-
-    def reserve(self, instructions: int) -> None:
-        """Room for the tracks of ``instructions`` instructions (the array at least doubles when it grows)."""
-        if instructions > len(self._tracks):
-            size = max(instructions, 2 * len(self._tracks))
-            self._tracks = np.concatenate([self._tracks, np.zeros(size - len(self._tracks), np.int32)])
-
-    def ready(self, reads: list[Region], writes: list[Region], track: int) -> tuple[float, int]:
-        """The earliest start on ``track`` allowed by data dependencies, and the instruction that sets it."""
-        return self.ready_both(reads, writes, track)[1]
-
-    def ready_both(
-        self, reads: list[Region], writes: list[Region], track: int
-    ) -> tuple[tuple[float, int], tuple[float, int]]:
-        """:meth:`ready` for the reads alone (RAW), and for the reads and writes (as :meth:`ready`), in one pass."""
-        self._write_regions(reads, writes)
-        best_reads, who_reads, best, who = _ready_all(
-            self._ends, self._codes, self._sum_ends, self._sum_codes, self._pool, self._grids, self._regions,
-            len(reads), len(writes), self._tracks, track, self.sync_ns,
-        )  # fmt: skip
-        return (best_reads, who_reads), (best, who)
-
-    def commit(
-        self,
-        reads: list[Region],
-        writes: list[Region],
-        end: float,
-        index: int,
-        track: int,
-        visible: float | None = None,
-    ) -> None:
-        """Record that instruction ``index`` on ``track`` reads until ``end`` and writes results readable at ``visible``
-        (default ``end``)."""
-        visible = end if visible is None else visible
-        self.reserve(index + 1)
-        self._tracks[index] = track
-        self._write_regions(reads, writes)
-        first = 0
-        while True:
-            status, first = _commit_all(
-                self._ends, self._codes, self._sum_ends, self._sum_codes, self._pool, self._grids, self._regions,
-                len(reads), len(writes), first, end, visible, index + 1,
-            )  # fmt: skip
-            if status == _DONE:
-                return
-            if status == _NEEDS_SLOTS:
-                region = self._regions[first]
-                self._more_slots(max(len(self._pool), 2 * int(region[2] - region[1])))
-            else:
-                self._longer()
-
-    def _more_slots(self, count: int) -> None:
-        """Add ``count`` free slots to the pool."""
-        old = len(self._pool)
-        pool = np.zeros((old + count, self._pool.shape[1]), dtype=SEGMENT)
-        pool[:old] = self._pool
-        meta = pool[:, -1]  # a view: writes go to the pool
-        new = np.arange(old, old + count, dtype=np.int32)
-        meta["start"][old:] = np.append(new[1:], meta["id"][0])  # each new slot links to the next, the last to the head
-        meta["id"][0] = old
-        meta["start"][0] += count
-        self._pool = pool
-
-    def _longer(self) -> None:
-        """Double the segments each slot can hold."""
-        old = self._pool.shape[1]
-        pool = np.zeros((len(self._pool), 2 * (old - 3) + 3), dtype=SEGMENT)
-        pool[:, : old - 1] = self._pool[:, :-1]
-        pool[:, -1] = self._pool[:, -1]
-        self._pool = pool
-
-    def split_cells(self, storage: Storage) -> int:
-        """Cells of ``storage``'s maps whose bytes have records of their own now (0: every access so far was whole
-        cells)."""
-        g = self._grid_of.get(storage.uid)
-        if g is None:
-            return 0
-        offset, rows, cols = (int(x) for x in self._grids[g, :3])
-        summaries = int(self._grids[g, 5])
-        codes = self._codes[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
-        own = self._sum_codes[summaries : summaries + 2 * cols].reshape(2, cols) == _CELLS  # the others' cells: stale
-        return int(np.count_nonzero(codes[own] < 0))

@@ -32,8 +32,9 @@ from nkisim.hw import QUEUED_ENGINES, Engine, HwConfig
 from nkisim.isa import Cost
 from nkisim.memory import Region
 from nkisim.sim import placement
-from nkisim.sim.deps import _DONE, _NEEDS_SLOTS, AccessTracker, _commit_all
+from nkisim.sim.deps import _DONE, _NEEDS_SLOTS, _commit_all
 from nkisim.sim.timeline import Operands, Timeline
+from nkisim.sim.tracker import AccessTracker
 
 __all__ = ["BATCH", "SPILL_TRACK", "Scheduler", "Timeline"]
 
