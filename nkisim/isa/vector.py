@@ -196,6 +196,7 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         if (
             code is not None
             and dst.ndim == 2
+            and _each_element_apart(dst)
             and _apart_or_same(ops.dst, ops.data1)
             and _apart_or_same(ops.dst, ops.data2)
         ):
@@ -211,6 +212,17 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
         return
     write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
+
+
+def _each_element_apart(array: np.ndarray) -> bool:
+    """Whether no two elements of ``array`` share a byte. A view that writes some bytes twice (a zero step of an
+    access pattern) keeps numpy's loop, whose order of writes decides which value stays."""
+    span = array.itemsize
+    for stride, size in sorted((abs(s), n) for s, n in zip(array.strides, array.shape) if n > 1):
+        if stride < span:
+            return False
+        span = stride * (size - 1) + span
+    return True
 
 
 def _apart_or_same(dst: Tensor, src: Tensor) -> bool:

@@ -632,3 +632,41 @@ def test_tensor_scalar_float32_reads_its_operands_before_writing(op0, op1, rever
         if op1 is not None:
             expected = fns[op1](y, expected) if reverse1 else fns[op1](expected, y)
     assert_bits_equal(got, expected.astype(np.float32))
+
+
+@pytest.mark.filterwarnings("ignore::nkisim.CheckWarning")
+@pytest.mark.parametrize("case", ["dst is data1", "dst apart, inputs reversed"])
+def test_tensor_tensor_into_a_view_that_writes_each_row_element_eight_times(case):
+    """A dst access pattern of step 0 writes one element of a row eight times: which result stays is numpy's
+    ufunc's order over the free dim (forward here, reversed with reversed inputs), which the compiled loop for
+    float32 must not change."""
+    x = np.arange(1, 33, dtype=np.float32).reshape(4, 8)
+    y = np.arange(32, dtype=np.float32).reshape(4, 8) * 100
+
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t, u, d = load(a), load(b), load(b)
+        if case == "dst is data1":
+            v = t.ap([[8, 4], [0, 8]], offset=0)
+            nisa.tensor_tensor(dst=v, data1=v, data2=u, op=nl.add)
+            nisa.dma_copy(dst=out, src=t)
+        else:
+            v = d.ap([[8, 4], [0, 8]], offset=0)
+            nisa.tensor_tensor(
+                dst=v, data1=t.ap([[8, 4], [-1, 8]], offset=7), data2=u.ap([[8, 4], [-1, 8]], offset=7), op=nl.add
+            )
+            nisa.dma_copy(dst=out, src=d)
+        return out
+
+    got = run_kernel(kernel, [x, y], "trn2")
+    t, u, d = x.copy(), y.copy(), y.copy()
+    column = np.lib.stride_tricks.as_strided
+    if case == "dst is data1":
+        v = column(t, shape=(4, 8), strides=(32, 0))
+        np.add(v, u, out=v)
+        expected = t
+    else:
+        np.add(t[:, ::-1], u[:, ::-1], out=column(d, shape=(4, 8), strides=(32, 0)))
+        expected = d
+    assert_bits_equal(got, expected)
