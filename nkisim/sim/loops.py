@@ -255,15 +255,18 @@ class LoopTracker:
 
 #: Bytes of a partition per bucket of :class:`_Shadow`'s box index.
 BUCKET_BYTES = 1024
-#: Rows per bucket of :class:`_Shadow`'s box index: all of an on-chip memory's partitions; an HBM tensor's
-#: row blocks (a kernel writes a large output a block of 128 rows at a time) fall in buckets of their own.
+#: Rows per bucket of :class:`_Shadow`'s box index, at least: all of an on-chip memory's partitions; an HBM
+#: tensor's row blocks (a kernel writes a large output a block of 128 rows at a time) fall in buckets of their own.
 BUCKET_ROWS = 128
+#: Bands of rows a storage's index has at most (taller storages get taller bands): an access to a whole tensor
+#: visits at most this many buckets per 1 KiB of a row.
+MAX_BANDS = 32
 
 
-def _buckets(r0: int, r1: int, b0: int, b1: int) -> list[int]:
+def _buckets(r0: int, r1: int, b0: int, b1: int, band_rows: int) -> list[int]:
     """The index buckets a non-empty box of rows ``[r0, r1)`` x bytes ``[b0, b1)`` spans, as numbers."""
     columns = range(b0 // BUCKET_BYTES, (b1 - 1) // BUCKET_BYTES + 1)
-    bands = range(r0 // BUCKET_ROWS, (r1 - 1) // BUCKET_ROWS + 1)
+    bands = range(r0 // band_rows, (r1 - 1) // band_rows + 1)
     return [(band << 32) | column for band in bands for column in columns]
 
 
@@ -279,14 +282,16 @@ class _Shadow:
     splits the granules first. Dynamic views count as their whole region.
 
     The boxes are ``(r0, r1, b0, b1, event)`` tuples by number, and each number is listed in
-    the buckets of :data:`BUCKET_ROWS` rows by :data:`BUCKET_BYTES` bytes its box spans: an access
+    the buckets of ``band_rows`` rows (:data:`BUCKET_ROWS`, or more to make at most :data:`MAX_BANDS`
+    bands) by :data:`BUCKET_BYTES` bytes its box spans: an access
     looks only at the boxes of the buckets it spans, however many tiles the loop nest has touched.
     """
 
-    __slots__ = ("boxes", "buckets", "exact", "granule", "next_box", "per_granule", "storage")
+    __slots__ = ("band_rows", "boxes", "buckets", "exact", "granule", "next_box", "per_granule", "storage")
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        self.band_rows = max(BUCKET_ROWS, -(-storage.rows // MAX_BANDS))
         self.boxes: dict[int, tuple[int, int, int, int, int]] = {}
         self.buckets: dict[int, set[int]] = {}
         #: Box numbers by their rectangle. Boxes are disjoint, so an access to exactly a box's bytes meets no other.
@@ -301,7 +306,7 @@ class _Shadow:
         """The numbers of the boxes that meet the rectangle, in the order they were made."""
         buckets = self.buckets
         near: set[int] = set()
-        for bucket in _buckets(r0, r1, b0, b1):
+        for bucket in _buckets(r0, r1, b0, b1, self.band_rows):
             near.update(buckets.get(bucket, ()))
         boxes = self.boxes
         return sorted(n for n in near if (box := boxes[n])[0] < r1 and r0 < box[1] and box[2] < b1 and b0 < box[3])
@@ -311,13 +316,13 @@ class _Shadow:
         self.next_box += 1
         self.boxes[number] = box
         self.exact[box[:4]] = number
-        for bucket in _buckets(*box[:4]):
+        for bucket in _buckets(*box[:4], self.band_rows):
             self.buckets.setdefault(bucket, set()).add(number)
 
     def _remove(self, number: int) -> tuple[int, int, int, int, int]:
         box = self.boxes.pop(number)
         del self.exact[box[:4]]
-        for bucket in _buckets(*box[:4]):
+        for bucket in _buckets(*box[:4], self.band_rows):
             self.buckets[bucket].discard(number)
         return box
 

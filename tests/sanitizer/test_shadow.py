@@ -47,6 +47,19 @@ def test_events_match_a_per_byte_reference_with_boxes_over_many_index_buckets(ac
         _events_match_a_per_byte_reference(accesses, probe)
 
 
+@settings(max_examples=200, deadline=None)
+@given(accesses=st.lists(views, min_size=1, max_size=12), probe=views)
+def test_events_match_a_per_byte_reference_with_bands_made_taller_for_a_tall_storage(accesses, probe):
+    """At most three bands of rows: the storage's 8 rows in bands of 3 (the last one 2), not of the 1 asked."""
+    with (
+        patch.object(loops, "BUCKET_ROWS", 1),
+        patch.object(loops, "MAX_BANDS", 3),
+        patch.object(loops, "BUCKET_BYTES", 16),
+    ):
+        assert _Shadow(Storage("sbuf", ROWS, ROW_BYTES)).band_rows == 3
+        _events_match_a_per_byte_reference(accesses, probe)
+
+
 def _events_match_a_per_byte_reference(accesses, probe):
     storage = Storage("sbuf", ROWS, ROW_BYTES)
     floats = storage.bytes.view(np.float32)  # 8 x 16 float32 over the storage's bytes
