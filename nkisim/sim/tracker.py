@@ -54,7 +54,7 @@ class AccessTracker:
         self._used = 0  # cells of the arena in use
         self._ends = np.zeros(0)
         self._codes = np.zeros(0, dtype=np.int32)
-        self._sums_used = 0  # column summaries in use
+        self._sums_used = 0  # block summaries in use
         self._sum_ends = np.zeros(0)
         self._sum_codes = np.zeros(0, dtype=np.int32)
         self._pool = np.zeros((1, FIRST_LONGEST + 3), dtype=SEGMENT)
@@ -74,7 +74,7 @@ class AccessTracker:
         size = 2 * rows * cols
         if self._used + size > len(self._ends):
             # A large first capacity spares most kernels the copy (and its transient peak) of growing. It is never
-            # cleared: a new grid's columns start summarised as "no record", and a column's cells are written
+            # cleared: a new grid's blocks start summarised as "no record", and a block's cells are written
             # before they are read (_unsummarise), so only the pages of cells some access reached are touched.
             capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
             ends, codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
