@@ -24,7 +24,10 @@ and replaces just their outcomes.
 outcome yet, after an interrupted run, and adds theirs. To stop a run and keep what it finished,
 send SIGINT to its pytest process (Ctrl-C, or ``kill -INT``; also in a run started in the background).
 Runs of other families may go on at the same time, of one target or several: each has its own pytest
-report, and each merges its outcomes into the results under a lock.
+report, and each merges its outcomes into the results under a lock. The suite's workers import nkisim
+when they start and again when one is lost (a worker killed for memory is replaced), so a long run
+should not share its nkisim tree with work in progress: run it from a copy of a commit (``git worktree
+add``) with that copy first on ``PYTHONPATH``, and copy its results and document back.
 
 The script sets the suite's ``NKILIB_SIMULATION_RUN_ALL=1``, so that simulation mode runs the
 shapes the suite would otherwise skip as slow (every name containing 4096, 8192 or 16384);
