@@ -41,6 +41,7 @@ from .conftest import (
     run_tile,
     seeds,
     small_values,
+    store,
     targets,
     tile_shapes,
 )
@@ -669,4 +670,32 @@ def test_tensor_tensor_into_a_view_that_writes_each_row_element_eight_times(case
     else:
         np.add(t[:, ::-1], u[:, ::-1], out=column(d, shape=(4, 8), strides=(32, 0)))
         expected = d
+    assert_bits_equal(got, expected)
+
+
+@pytest.mark.parametrize("at", [0, 3, 8])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_tensor_tensor_float32_on_a_view_at_a_run_time_offset(at, in_place):
+    """data1 (and dst, in place) a view whose free offset is read from a tile when the instruction runs."""
+    x = np.arange(64, dtype=np.float32).reshape(4, 16) / 8
+    y = np.full((4, 8), 100.25, np.float32)
+
+    @nki.jit
+    def kernel(a, b, s):
+        where = load(s)
+        t, u = load(a), load(b)
+        view = t.ap([[16, 4], [1, 8]], offset=0, scalar_offset=where, indirect_dim=1)
+        if in_place:
+            nisa.tensor_tensor(dst=view, data1=view, data2=u, op=nl.subtract)
+            return store(t)
+        d = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=d, data1=view, data2=u, op=nl.subtract)
+        return store(d)
+
+    got = run_kernel(kernel, [x, y, np.array([[at]], np.int32)], "trn2")
+    if in_place:
+        expected = x.copy()
+        expected[:, at : at + 8] = x[:, at : at + 8] - y
+    else:
+        expected = x[:, at : at + 8] - y
     assert_bits_equal(got, expected)
