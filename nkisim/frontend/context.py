@@ -10,7 +10,7 @@ from typing import Any
 
 from nkisim.errors import KernelError, SourceLoc
 from nkisim.hw import HwConfig
-from nkisim.memory import MemorySystem, Tensor
+from nkisim.memory import MemorySystem, Tensor, same_bytes
 from nkisim.memory.liveness import TilePlan
 from nkisim.sim import Instruction, Machine
 from nkisim.sim.checks import Checker, Findings
@@ -203,17 +203,6 @@ def _tensors(values: Any) -> Iterator[Tensor]:
             yield value
         elif isinstance(value, (list, tuple)):
             yield from _tensors(value)
-
-
-def same_bytes(view: Tensor, tile: Tensor) -> bool:
-    """True when ``view`` covers exactly the bytes of ``tile``, in its layout and dtype."""
-    return (
-        view.storage is tile.storage
-        and view.byte_offset == tile.byte_offset
-        and view.shape == tile.shape
-        and view.array.strides == tile.array.strides
-        and view.dtype == tile.dtype
-    )
 
 
 _CURRENT: ContextVar[KernelContext | None] = ContextVar("nkisim_kernel", default=None)

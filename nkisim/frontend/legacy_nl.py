@@ -23,13 +23,13 @@ import numpy as np
 
 from nkisim.errors import KernelError, OperandError, ShapeError, user_location
 from nkisim.frontend import helpers as today
-from nkisim.frontend.context import current_context, is_running, same_bytes
+from nkisim.frontend.context import current_context, is_running
 from nkisim.frontend.helpers import CallableOp
 from nkisim.frontend.legacy_index import mask_box
 from nkisim.frontend.legacy_tile import OPERATORS, LegacyTile, PendingView, as_tile, empty_box, restrict
 from nkisim.frontend.lowering import FP32, HelperCall, is_scalar, scalar_value, to_sbuf
 from nkisim.isa.ops import OPS, Op
-from nkisim.memory import Buffer, Tensor, to_dtype
+from nkisim.memory import Buffer, Tensor, same_bytes, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
 
 BOOL = NKI_DTYPES["bool_"]

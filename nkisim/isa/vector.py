@@ -45,7 +45,7 @@ from nkisim.isa.spec import (
     require,
     sets_all_of_dst,
 )
-from nkisim.memory import Buffer, Tensor, is_integer, to_dtype
+from nkisim.memory import Buffer, Tensor, is_integer, same_bytes, to_dtype
 from nkisim.memory.dtypes import is_tfloat32
 
 BF16 = to_dtype("bfloat16")
@@ -217,6 +217,9 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
 def _each_element_apart(array: np.ndarray) -> bool:
     """Whether no two elements of ``array`` share a byte. A view that writes some bytes twice (a zero step of an
     access pattern) keeps numpy's loop, whose order of writes decides which value stays."""
+    (rows, cols), (row_step, col_step) = array.shape, array.strides
+    if col_step == array.itemsize and (rows == 1 or abs(row_step) >= cols * col_step):  # rows of a tile: at once
+        return True
     span = array.itemsize
     for stride, size in sorted((abs(s), n) for s, n in zip(array.strides, array.shape) if n > 1):
         if stride < span:
@@ -233,7 +236,7 @@ def _apart_or_same(dst: Tensor, src: Tensor) -> bool:
     a, b = dst.region, src.region
     if a.storage is not b.storage or a.r1 <= b.r0 or b.r1 <= a.r0 or a.b1 <= b.b0 or b.b1 <= a.b0:
         return True
-    return dst.byte_offset == src.byte_offset and dst.array.strides == src.array.strides
+    return same_bytes(dst, src)
 
 
 # -- tensor_scalar --------------------------------------------------------------------

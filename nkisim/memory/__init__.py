@@ -4,6 +4,7 @@ from nkisim.memory.dtypes import NKI_DTYPES, cast, dtype_name, is_float, is_floa
 from nkisim.memory.space import ON_CHIP_BUFFERS, Buffer, OnChipMemory, Storage
 from nkisim.memory.system import MemorySystem
 from nkisim.memory.tensor import DynSlice, Region, Tensor
+from nkisim.memory.views import same_bytes
 
 __all__ = [
     "NKI_DTYPES",
@@ -20,5 +21,6 @@ __all__ = [
     "is_float",
     "is_float8",
     "is_integer",
+    "same_bytes",
     "to_dtype",
 ]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from nkisim.errors import BoundsError
 from nkisim.memory.space import Storage
+
+if TYPE_CHECKING:
+    from nkisim.memory.tensor import Tensor
 
 
 class Region(NamedTuple):
@@ -100,4 +103,15 @@ def bytes_differ(a: np.ndarray, b: np.ndarray, chunk: int = COMPARE_CHUNK) -> bo
     x, y = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
     return any(
         not np.array_equal(x[start : start + chunk], y[start : start + chunk]) for start in range(0, x.size, chunk)
+    )
+
+
+def same_bytes(view: Tensor, tile: Tensor) -> bool:
+    """True when ``view`` covers exactly the bytes of ``tile``, in its layout and dtype."""
+    return (
+        view.storage is tile.storage
+        and view.byte_offset == tile.byte_offset
+        and view.shape == tile.shape
+        and view.array.strides == tile.array.strides
+        and view.dtype == tile.dtype
     )
