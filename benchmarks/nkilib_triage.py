@@ -276,6 +276,19 @@ TRIAGE: list[tuple[str, str, str]] = [
         "group, not whole KV-parallel blocks as a collective fault would",
     ),
     (
+        r"test_attn_blk_model\[[^\]]*-bfloat16-1-2-[^\]]*-True-default-[^\]]*\].*Validation failed for \['K_cache'\]",
+        "suite",
+        "STATIC fp8 QKV with a quantized KV cache: only the new token's K row misses the allclose check (atol 16, "
+        "rtol 0.07, every element must pass), in 7, 25 and 49 elements for batch 1, 8 and 16, all among the few the "
+        "golden leaves unsaturated by fp8's 240 (109 of 128 saturate in batch 1); V and X_out pass, and so does the "
+        "sibling without quantization. The fp32 golden skips roundings the kernel does by design: bf16 after the "
+        "RMSNorm and after the input scale, fp8 before the QKV matmul, bf16 after it, and bf16 at each of RoPE's "
+        "four products and two sums (RoPE_sbuf computes in the tile's bf16; V takes no RoPE). With only the fp8 "
+        "rounding added to the golden (wrapping the suite's torch reference, nothing in nkisim changed) 2, 12 and "
+        "22 elements miss; with all of them, 0-2; with the two LNC shards' halves of H also summed in bf16, as the "
+        "kernel does, all five pass the suite's own validation",
+    ),
+    (
         r"KeyError: 'mask_out_hbm'",
         "suite",
         "test_gen_mask_tkg.py:422 reads kernel_input['mask_out_hbm'] while its input generator (line 363) names the "
