@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -95,3 +96,35 @@ def test_next_fit_takes_the_first_free_aligned_offset_from_the_last_tile_on(kind
         assert alloc.offset == expected
         live[alloc.handle] = (alloc.offset, alloc.offset + size, 0, partitions, False)
         cursor = alloc.offset + size
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(1, 128), st.lists(st.integers(1, 6), min_size=0, max_size=3)), min_size=1, max_size=8
+    ),
+    dtype=st.sampled_from([np.float32, np.float16, np.int8, np.int64]),
+    memo=st.integers(1, 3),
+)
+def test_tiles_are_row_major_in_their_partitions_whatever_the_layout_memo_holds(shapes, dtype, memo):
+    """Each new tile's element (p, i, j, ...) sits at partition p, at its row-major byte offset within the tile's
+    bytes of that partition, however small the layout memo (its restarts included)."""
+    from nkisim.memory import system
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(system, "MAX_LAYOUTS", memo)
+        _check_tile_layouts(system, shapes, np.dtype(dtype), memo)
+
+
+def _check_tile_layouts(system, shapes, dt, memo) -> None:
+    memory = system.MemorySystem(load_target("trn2"), poison=False)
+    for partitions, free in shapes * 2:  # each shape twice: the second from the memo, unless it restarted
+        shape = (partitions, *free)
+        tile = memory.new_tensor(shape, dt, system.Buffer.sbuf)
+        row_bytes = tile.storage.row_bytes
+        free_bytes = int(np.prod(free, dtype=np.int64)) * dt.itemsize
+        expected = [row_bytes, *(int(np.prod(free[k + 1 :], dtype=np.int64)) * dt.itemsize for k in range(len(free)))]
+        assert tile.array.strides == tuple(expected)
+        assert tile.region.r1 - tile.region.r0 == partitions
+        assert tile.region.b1 - tile.region.b0 == free_bytes
+        assert len(memory._layouts) <= memo

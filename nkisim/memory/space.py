@@ -231,8 +231,12 @@ class OnChipMemory:
         """
         align = self._align
         size = -(-max(nbytes, 1) // align) * align
-        serial = self._begin(what, None)
-        obstacles = self._obstacles(serial, partitions)
+        if self.plan is None and not self._placed_live:  # the usual case: the live automatic tiles are all in the way
+            serial = next(self._serials)
+            obstacles = self._auto_ranges
+        else:
+            serial = self._begin(what, None)
+            obstacles = self._obstacles(serial, partitions)
         offset = self._next_fit(size, obstacles)
         if offset is None:
             if self.spills:
@@ -326,7 +330,8 @@ class OnChipMemory:
         else:
             bisect.insort(self._auto_ranges, (alloc.offset, alloc.offset + alloc.nbytes))
         self.used_bytes += alloc.nbytes
-        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+        if self.used_bytes > self.peak_bytes:
+            self.peak_bytes = self.used_bytes
         return alloc
 
     def free(self, handle: int) -> None:
@@ -337,8 +342,9 @@ class OnChipMemory:
             self.used_bytes -= freed.nbytes
             if freed.placed:
                 self._placed_live -= 1
-            else:
-                self._auto_ranges.remove((freed.offset, freed.offset + freed.nbytes))
+            else:  # live automatic ranges never overlap: the one starting at its offset is its own
+                ranges = self._auto_ranges
+                del ranges[bisect.bisect_left(ranges, (freed.offset,))]
 
     def free_when_gone(self, tile: object, handle: int) -> None:
         """Free allocation ``handle`` when ``tile`` is no longer reachable (its last reference is dropped).

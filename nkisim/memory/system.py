@@ -43,6 +43,8 @@ class MemoryRecorder(Protocol):
 #: The buffer kernel inputs report: ``nl.hbm``, which NKI's samples assert of their inputs
 #: (``assert x.buffer == nl.hbm``). The programs of a launch share them all the same.
 INPUT_BUFFER = Buffer.hbm
+#: Tile layouts (:func:`_tile_layout`) a run keeps; a kernel of more shapes than this starts the memo again.
+MAX_LAYOUTS = 1024
 _SBUF = Buffer.sbuf  # an enum's class attribute costs ~0.15 us in Python 3.11: read once
 
 
@@ -82,6 +84,8 @@ class MemorySystem:
         self.on_spill: Callable[[Tensor, int, SourceLoc | None], None] | None = None
         #: Told of every event that sets values outside an instruction, while a program is being recorded.
         self.recorder: MemoryRecorder | None = None
+        #: (partitions, bytes per partition, free-dim strides) of a tile shape and dtype, worked out once.
+        self._layouts: dict[tuple[tuple[int, ...], np.dtype], tuple[int, int, tuple[int, ...]]] = {}
         self._hbm_next_address = 0x1_0000_0000
         self.hbm_bytes = 0
         self._counter = 0
@@ -223,9 +227,13 @@ class MemorySystem:
         loc: SourceLoc | None,
         address: tuple[int, int] | None,
     ) -> Tensor:
-        memory = self.on_chip(buffer)
-        partitions = shape[0]
-        free_bytes = math.prod(shape[1:]) * dtype.itemsize
+        memory = self.sbuf if buffer is _SBUF else self.psum
+        layout = self._layouts.get((shape, dtype))
+        if layout is None:
+            if len(self._layouts) >= MAX_LAYOUTS:
+                self._layouts.clear()
+            layout = self._layouts[(shape, dtype)] = _tile_layout(shape, dtype)
+        partitions, free_bytes, free_strides = layout
         what = (name, shape, dtype)
         if address is None:
             alloc = memory.allocate(free_bytes, partitions, what, loc)
@@ -239,9 +247,7 @@ class MemorySystem:
             self.spilled[storage.uid] = storage
         start = row * storage.row_bytes + offset
         # positional arguments: numpy parses keywords at about twice the cost of the view itself
-        free_strides = (dtype.itemsize,) if len(shape) == 2 else _contiguous_strides(shape[1:], dtype.itemsize)
-        strides = (storage.row_bytes, *free_strides)
-        array = np.ndarray(shape, dtype, storage.bytes, start, strides)
+        array = np.ndarray(shape, dtype, storage.bytes, start, (storage.row_bytes, *free_strides))
         tensor = Tensor(array, dtype, buffer, name, storage, None, start)
         if free_bytes and partitions and len(shape) >= 2:  # what the view properties would work out from the array
             tensor._row_box = (row, row + partitions, offset, offset + free_bytes)
@@ -254,7 +260,7 @@ class MemorySystem:
             if self.defer_poison and address is None and tensor._row_box is not None:
                 alloc.tile_uid = tensor.uid
                 self.unpoisoned[tensor.uid] = (storage.bytes, row, row + partitions, offset, offset + free_bytes)
-        if memory.recording:
+        if memory.plan is not None and memory.recording:
             self._allocations[tensor.uid] = (memory, alloc.serial)
         if self.on_allocate is not None:
             self.on_allocate(tensor, address is not None)
@@ -378,6 +384,12 @@ def _check_address(
             loc=loc,
         )
     return row, col
+
+
+def _tile_layout(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, int, tuple[int, ...]]:
+    """A tile's partitions, bytes per partition and free-dim byte strides (row-major within a partition)."""
+    free_strides = (dtype.itemsize,) if len(shape) == 2 else _contiguous_strides(shape[1:], dtype.itemsize)
+    return shape[0], math.prod(shape[1:]) * dtype.itemsize, free_strides
 
 
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
