@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from nkisim.errors import BoundsError
 from nkisim.memory.tensor import DynamicTensor, Tensor
@@ -36,16 +37,51 @@ def _resolved(t: Tensor) -> Tensor:
     return t
 
 
-def _read(t: Tensor, skip_oob: bool, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Values (a copy), per-element in-bounds mask, and flat addresses (dynamic views only)."""
+def _read(t: Tensor, skip_oob: bool, role: str) -> tuple[np.ndarray, np.ndarray]:
+    """Values (a copy) and per-element in-bounds mask; elements of rows out of bounds hold element 0's value."""
     if not isinstance(t, DynamicTensor):
-        return t.array.copy(), np.ones(t.shape, dtype=bool), None
+        return t.array.copy(), np.ones(t.shape, dtype=bool)
+    runs = t.row_runs()
+    if runs is None:
+        values, ok, _ = _read_elements(t, skip_oob, role)
+        return values, ok
+    starts, inside, span = runs
+    ok = _row_mask(inside, t.shape)
+    _check_bounds(t, ok, skip_oob, role)
+    windows = _row_windows(t, span)
+    values = windows[np.where(inside, starts, 0)]
+    if not inside.all():
+        values[~inside] = windows[(0,) * windows.ndim]  # element 0, as the element-wise path reads there
+    return values, ok
+
+
+def _read_elements(t: DynamicTensor, skip_oob: bool, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values (a copy), per-element in-bounds mask and flat addresses, element by element."""
     addr, ok = t.addresses()
-    if not skip_oob and not ok.all():
-        raise BoundsError(f"{role} {t!r}: {t.first_bad_row(ok)} is out of bounds (oob_mode.error)")
+    _check_bounds(t, ok, skip_oob, role)
     rows = t._layout.typed_rows()
     r, c = t.locate(np.where(ok, addr, 0))
     return rows[r, c], ok, addr
+
+
+def _check_bounds(t: DynamicTensor, ok: np.ndarray, skip_oob: bool, role: str) -> None:
+    if not skip_oob and not ok.all():
+        raise BoundsError(f"{role} {t!r}: {t.first_bad_row(ok)} is out of bounds (oob_mode.error)")
+
+
+def _row_mask(inside: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(inside.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+
+
+def _row_windows(t: DynamicTensor, span: int) -> np.ndarray:
+    """Every run a row of ``t`` (see :meth:`DynamicTensor.row_runs`) could be, by its first element: a strided view
+    of the flat allocation shaped ``(starts, *inner dims)``, in which a fancy index of starts gathers or scatters
+    whole rows."""
+    flat = t._layout.typed_rows().reshape(-1)
+    inner = t._pairs[1:]
+    size = flat.itemsize
+    shape = (flat.size - span, *(num for _, num in inner))
+    return as_strided(flat, shape, (size, *(step * size for step, _ in inner)))
 
 
 def gather(src: Tensor, skip_oob: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -53,8 +89,7 @@ def gather(src: Tensor, skip_oob: bool) -> tuple[np.ndarray, np.ndarray]:
 
     Out-of-bounds rows raise :class:`BoundsError` unless ``skip_oob`` (then their mask is False).
     """
-    values, ok, _ = _read(_resolved(src), skip_oob, "src")
-    return values, ok
+    return _read(_resolved(src), skip_oob, "src")
 
 
 def apply_dynamic(dst: Tensor, src: Tensor, skip_oob: bool, body: Callable[[Tensor, Tensor], None]) -> None:
@@ -70,15 +105,18 @@ def apply_dynamic(dst: Tensor, src: Tensor, skip_oob: bool, body: Callable[[Tens
     if not (dst.is_dynamic or src.is_dynamic):
         body(dst, src)
         return
-    src_values, src_ok, _ = _read(src, skip_oob, "src")
-    dst_values, dst_ok, dst_addr = _read(dst, skip_oob, "dst")
-    keep = dst_ok & src_ok.reshape(dst.shape)
-    if dst_addr is None:
-        staged = _staged(dst_values, dst)
+    src_values, src_ok = _read(src, skip_oob, "src")
+    if not isinstance(dst, DynamicTensor):
+        staged = _staged(dst.array.copy(), dst)
         body(staged, _staged(src_values.reshape(dst.shape), src))
+        keep = src_ok.reshape(dst.shape)
         dst.array[keep] = staged.array[keep]
         return
-    assert isinstance(dst, DynamicTensor)
+    runs = dst.row_runs()
+    if runs is not None and _scatter_rows(dst, runs, src, src_values, src_ok, skip_oob, body):
+        return
+    _, dst_ok, dst_addr = _read_elements(dst, skip_oob, "dst")
+    keep = dst_ok & src_ok.reshape(dst.shape)
     rows = dst._layout.typed_rows()
     positions = np.flatnonzero(keep.reshape(-1))
     flat_addr = dst_addr.reshape(-1)[positions]
@@ -89,6 +127,38 @@ def apply_dynamic(dst: Tensor, src: Tensor, skip_oob: bool, body: Callable[[Tens
         staged = _staged(rows[r, c], dst)
         body(staged, _staged(flat_src[sel], src))
         rows[r, c] = staged.array
+
+
+def _scatter_rows(
+    dst: DynamicTensor,
+    runs: tuple[np.ndarray, np.ndarray, int],
+    src: Tensor,
+    src_values: np.ndarray,
+    src_ok: np.ndarray,
+    skip_oob: bool,
+    body: Callable[[Tensor, Tensor], None],
+) -> bool:
+    """:func:`apply_dynamic` into ``dst`` whole rows at a time, when each row is written whole or not at all and
+    two rows written are the same run or share no element; False (nothing done) otherwise, for the element-wise
+    path. A run written again is written again in a later wave, as each of its elements would be."""
+    starts, inside, span = runs
+    _check_bounds(dst, _row_mask(inside, dst.shape), skip_oob, "dst")
+    keep = src_ok.reshape(len(starts), -1) & inside[:, None]
+    kept = keep.all(axis=1)
+    if not np.array_equal(kept, keep.any(axis=1)):
+        return False  # a row written in part
+    picked = starts[kept]
+    gaps = np.diff(np.sort(picked))
+    if ((gaps > 0) & (gaps <= span)).any():
+        return False  # rows that overlap in part
+    windows = _row_windows(dst, span)
+    values = src_values.reshape(dst.shape)[kept]
+    for wave in _waves(picked):
+        rows = picked[wave]
+        staged = _staged(windows[rows], dst)
+        body(staged, _staged(values[wave], src))
+        windows[rows] = staged.array
+    return True
 
 
 def _waves(addr: np.ndarray) -> list[np.ndarray]:

@@ -356,6 +356,152 @@ def test_scatter_add_accumulates_repeated_indices_in_float32_in_order():
     np.testing.assert_array_equal(run_kernel(kernel, [base, src, idx]), expected)
 
 
+def _rows_reference(table_shape, parts, inner, offset, idx):
+    """Per row of a vector_offset view: its element addresses (row-major) and whether all lie in the table."""
+    total = int(np.prod(table_shape))
+    addr = ref_addresses([[0, parts], *inner], offset, first_rows=idx[:, 0], row_len=table_shape[1])
+    rows = addr.reshape(parts, -1)
+    return rows, ((rows >= 0) & (rows < total)).all(axis=1)
+
+
+@st.composite
+def row_views(draw):
+    """A table, a vector_offset pattern over it (inner steps may go back, stand still or overlap) and indices
+    (repeated, adjacent or out of the table)."""
+    rows, cols, parts = draw(st.integers(1, 10)), draw(st.integers(1, 10)), draw(st.integers(1, 12))
+    inner = [[draw(st.integers(-2, 6)), draw(st.integers(1, 4))] for _ in range(draw(st.integers(0, 2)))]
+    idx = np.array(draw(st.lists(st.integers(-2, rows + 1), min_size=parts, max_size=parts)), dtype=np.int32)
+    return (rows, cols), parts, inner, draw(st.integers(0, 3)), idx.reshape(parts, 1)
+
+
+@FAST
+@given(view=row_views(), skip=st.booleans(), seed=seeds)
+def test_vector_offset_gather_matches_the_docs_addresses_row_by_row(view, skip, seed):
+    """Rows out of the table raise with oob_mode.error, or leave the destination as it was with skip."""
+    table_shape, parts, inner, offset, idx = view
+    table = np.random.default_rng(seed).standard_normal(table_shape).astype(np.float32)
+    addr, inside = _rows_reference(table_shape, parts, inner, offset, idx)
+    pattern = [[table_shape[1], parts], *inner]
+    mode = nisa.oob_mode.skip if skip else nisa.oob_mode.error
+
+    def kernel(x, i):
+        dst = nl.ndarray((parts, addr.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=dst, value=-7.0)
+        view = x.ap(pattern, offset=offset, vector_offset=load(i), indirect_dim=0)
+        nisa.dma_copy(dst=dst, src=view, oob_mode=mode)
+        return store(dst)
+
+    if not skip and not inside.all():
+        with pytest.raises(BoundsError, match="out of bounds"):
+            run_kernel(kernel, [table, idx])
+        return
+    expected = np.full(addr.shape, -7.0, dtype=np.float32)
+    expected[inside] = table.reshape(-1)[addr[inside]]
+    np.testing.assert_array_equal(run_kernel(kernel, [table, idx]), expected)
+
+
+@FAST
+@given(view=row_views(), skip=st.booleans(), add=st.booleans(), seed=seeds)
+def test_vector_offset_scatter_writes_element_by_element_in_row_major_order(view, skip, add, seed):
+    """A scatter stores the source's elements in row-major order, so a later write to an element (a repeated
+    or overlapping row, an inner pattern naming an element twice) wins, and with dst_rmw_op=add they sum in
+    float32 in that order; rows out of the table are skipped or raise."""
+    assume(not (skip and add))  # a read-modify-write through run-time addresses stops at bad rows (a rule)
+    table_shape, parts, inner, offset, idx = view
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(table_shape).astype(np.float32)
+    addr, inside = _rows_reference(table_shape, parts, inner, offset, idx)
+    src = rng.standard_normal(addr.shape).astype(np.float32)
+    pattern = [[table_shape[1], parts], *inner]
+    mode = nisa.oob_mode.skip if skip else nisa.oob_mode.error
+
+    def kernel(out, x, i):
+        view = out.ap(pattern, offset=offset, vector_offset=load(i), indirect_dim=0)
+        nisa.dma_copy(dst=view, src=load(x), oob_mode=mode, dst_rmw_op=nl.add if add else None)
+        return out
+
+    if not skip and not inside.all():
+        with pytest.raises(BoundsError, match="out of bounds"):
+            run_kernel(kernel, [base, src, idx])
+        return
+    expected = base.copy().reshape(-1)
+    for row in np.flatnonzero(inside):
+        for a, value in zip(addr[row], src[row]):
+            expected[a] = np.float32(expected[a] + value) if add else value
+    np.testing.assert_array_equal(run_kernel(kernel, [base, src, idx]), expected.reshape(table_shape))
+
+
+def test_a_row_ending_on_the_tables_last_element_is_inside_and_one_past_it_is_out():
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    idx = np.array([[1], [2]], dtype=np.int32)  # with offset 1: elements 5-8 (inside), 9-12 (one past the end)
+
+    def kernel(x, i):
+        dst = nl.ndarray((2, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=dst, value=-1.0)
+        view = x.ap([[4, 2], [1, 4]], offset=1, vector_offset=load(i), indirect_dim=0)
+        nisa.dma_copy(dst=dst, src=view, oob_mode=nisa.oob_mode.skip)
+        return store(dst)
+
+    np.testing.assert_array_equal(run_kernel(kernel, [table, idx]), [[5, 6, 7, 8], [-1, -1, -1, -1]])
+
+
+def test_scatter_add_through_an_inner_pattern_that_names_elements_twice_adds_every_element():
+    base = np.zeros((4, 8), dtype=np.float32)
+    src = np.arange(1, 13, dtype=np.float32).reshape(2, 6)
+    idx = np.array([[3], [0]], dtype=np.int32)
+
+    def kernel(out, x, i):
+        view = out.ap([[8, 2], [1, 3], [1, 2]], vector_offset=load(i), indirect_dim=0)  # offsets 0 1 1 2 2 3
+        nisa.dma_copy(dst=view, src=load(x), dst_rmw_op=nl.add)
+        return out
+
+    expected = base.copy()
+    for row, first in enumerate((24, 0)):
+        for k, offset in enumerate((0, 1, 1, 2, 2, 3)):
+            expected.reshape(-1)[first + offset] += src[row, k]
+    np.testing.assert_array_equal(run_kernel(kernel, [base, src, idx]), expected)
+
+
+@pytest.mark.parametrize("add", [False, True])
+def test_scatter_rows_that_share_one_element_write_it_in_row_order(add):
+    base = np.zeros((4, 3), dtype=np.float32)
+    src = np.arange(1, 9, dtype=np.float32).reshape(2, 4)
+    idx = np.array([[1], [0]], dtype=np.int32)  # rows of 4 from elements 3 and 0: element 3 is in both
+
+    def kernel(out, x, i):
+        view = out.ap([[3, 2], [1, 4]], vector_offset=load(i), indirect_dim=0)
+        nisa.dma_copy(dst=view, src=load(x), dst_rmw_op=nl.add if add else None)
+        return out
+
+    expected = base.reshape(-1).copy()
+    for row, first in enumerate((3, 0)):
+        for k in range(4):
+            expected[first + k] = expected[first + k] + src[row, k] if add else src[row, k]
+    np.testing.assert_array_equal(run_kernel(kernel, [base, src, idx]), expected.reshape(4, 3))
+
+
+def test_scatter_from_a_gather_skips_exactly_the_elements_of_rows_out_of_either_table():
+    """HBM to HBM through two vector_offset views whose rows differ in length: a source row out of its table
+    drops half a destination row, a destination row out of its table drops its elements; all out: no change."""
+    table = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
+    base = -np.arange(1, 3 * 6 + 1, dtype=np.float32).reshape(3, 6)
+    src_idx = np.array([[1], [9], [3], [0]], dtype=np.int32)  # row 9 is out of the table: 3 elements dropped
+    dst_idx = np.array([[2], [0]], dtype=np.int32)
+
+    def kernel(out, x, i, j):
+        src = x.ap([[6, 4], [2, 3]], vector_offset=load(i), indirect_dim=0)  # 4 rows of 3 (every other element)
+        dst = out.ap([[6, 2], [1, 6]], vector_offset=load(j), indirect_dim=0)  # 2 rows of 6
+        nisa.dma_copy(dst=dst, src=src, oob_mode=nisa.oob_mode.skip)
+        return out
+
+    gathered = [table[1, 0::2], None, table[3, 0::2], table[0, 0::2]]
+    expected = base.copy()
+    expected[2, :3], expected[0, :3], expected[0, 3:] = gathered[0], gathered[2], gathered[3]
+    np.testing.assert_array_equal(run_kernel(kernel, [base, table, src_idx, dst_idx]), expected)
+    nowhere = np.array([[5], [-1]], dtype=np.int32)
+    np.testing.assert_array_equal(run_kernel(kernel, [base, table, src_idx, nowhere]), base)
+
+
 def test_gather_casts_through_float32_like_any_dma():
     a = np.arange(40, dtype=np.float32).reshape(8, 5) / 3
     idx = np.array([[7], [2]], dtype=np.int32)
