@@ -5,7 +5,9 @@
 
 (a) a 4096x4096 float32 tensor add in 128x512 tiles (the seed kernel), and
 (b) a 1024x1024x1024 tiled matmul (128x128 stationary, 512-wide moving, K in PSUM),
-in float32 and bfloat16. Times are the median of the repeats after one warm-up run.
+in float32 and bfloat16, and (e) a gather of 128 rows of a 4096x512 float32 table by an index tile, scattered
+back to the same rows (``vector_offset`` DMAs, 32 times: a permutation copies the table). Times are the median
+of the repeats after one warm-up run.
 Next to whole-array numpy, ``loop ms`` is a plain numpy loop over the same tiles
 (the floor for a simulator that executes tile by tile) and ``/loop`` nkisim's ratio to it.
 
@@ -45,7 +47,7 @@ from nkisim.examples.tensor_add import nki_tensor_add
 from nkisim.frontend.blas import single_threaded_blas
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from small_kernels import TILE, engine_mix, vector_chain
+from small_kernels import TILE, engine_mix, row_shuffle, vector_chain
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,15 @@ def add_loop(a: np.ndarray, b: np.ndarray, tile: tuple[int, int] = (128, 512)) -
         for c in range(0, a.shape[1], tile[1]):
             block = (slice(r, r + tile[0]), slice(c, c + tile[1]))
             out[block] = a[block] + b[block]
+    return out
+
+
+def shuffle_loop(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """:func:`row_shuffle` by numpy: 128 rows at a time, gathered by index and scattered back to the same rows."""
+    out = np.empty_like(table)
+    for start in range(0, len(index), 128):
+        rows = index[start : start + 128, 0]
+        out[rows] = table[rows]
     return out
 
 
@@ -211,6 +222,16 @@ def main() -> None:
 
         name = f"(b) matmul 1024^3 {np.dtype(dtype).name}"
         bench(name, matmul_tiled, [lhs_t, rhs], reference, loop, args.repeat)
+    table = rng.standard_normal((4096, 512), dtype=np.float32)
+    index = rng.permutation(4096).astype(np.int32).reshape(-1, 1)
+    bench(
+        "(e) row gather+scatter 4096x512 f32",
+        row_shuffle,
+        [table, index],
+        table.copy,
+        lambda: shuffle_loop(table, index),
+        args.repeat,
+    )
 
     print()
     print(

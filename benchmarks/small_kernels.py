@@ -51,3 +51,18 @@ def engine_mix(a, w, steps=400):
         nisa.tensor_copy(dst=product, src=acc)
         nisa.dma_copy(dst=out[block], src=scaled)
     return out
+
+
+@nki.jit
+def row_shuffle(table, index):
+    """Per 128 entries of ``index``: gather those rows of ``table`` into SBUF, then scatter them to the same rows
+    of the output (a permutation ``index`` copies the table)."""
+    rows, cols = table.shape
+    out = nl.ndarray((rows, cols), dtype=table.dtype, buffer=nl.shared_hbm)
+    for start in range(0, index.shape[0], 128):
+        where = nl.ndarray((128, 1), dtype=index.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=index[start : start + 128])
+        block = nl.ndarray((128, cols), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=block, src=table.ap([[cols, 128], [1, cols]], vector_offset=where, indirect_dim=0))
+        nisa.dma_copy(dst=out.ap([[cols, 128], [1, cols]], vector_offset=where, indirect_dim=0), src=block)
+    return out

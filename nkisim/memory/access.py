@@ -107,9 +107,12 @@ def apply_dynamic(dst: Tensor, src: Tensor, skip_oob: bool, body: Callable[[Tens
         return
     src_values, src_ok = _read(src, skip_oob, "src")
     if not isinstance(dst, DynamicTensor):
+        keep = src_ok.reshape(dst.shape)
+        if keep.all():  # every element comes: straight into dst
+            body(dst, _staged(src_values.reshape(dst.shape), src))
+            return
         staged = _staged(dst.array.copy(), dst)
         body(staged, _staged(src_values.reshape(dst.shape), src))
-        keep = src_ok.reshape(dst.shape)
         dst.array[keep] = staged.array[keep]
         return
     runs = dst.row_runs()
@@ -152,7 +155,9 @@ def _scatter_rows(
     if ((gaps > 0) & (gaps <= span)).any():
         return False  # rows that overlap in part
     windows = _row_windows(dst, span)
-    values = src_values.reshape(dst.shape)[kept]
+    values = src_values.reshape(dst.shape)
+    if not kept.all():
+        values = values[kept]
     for wave in _waves(picked):
         rows = picked[wave]
         staged = _staged(windows[rows], dst)
