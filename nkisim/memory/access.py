@@ -81,7 +81,8 @@ def _row_windows(t: DynamicTensor, span: int) -> np.ndarray:
     inner = t._pairs[1:]
     size = flat.itemsize
     shape = (flat.size - span, *(num for _, num in inner))
-    return as_strided(flat, shape, (size, *(step * size for step, _ in inner)))
+    # a dim of one element never steps: its stride is 0 whatever its step (which may not even fit numpy's strides)
+    return as_strided(flat, shape, (size, *(step * size if num > 1 else 0 for step, num in inner)))
 
 
 def gather(src: Tensor, skip_oob: bool) -> tuple[np.ndarray, np.ndarray]:

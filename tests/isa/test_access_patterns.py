@@ -445,6 +445,18 @@ def test_a_row_ending_on_the_tables_last_element_is_inside_and_one_past_it_is_ou
     np.testing.assert_array_equal(run_kernel(kernel, [table, idx]), [[5, 6, 7, 8], [-1, -1, -1, -1]])
 
 
+def test_a_one_element_dim_with_a_step_beyond_numpys_strides_is_never_stepped():
+    table = np.arange(24, dtype=np.float32).reshape(4, 6)
+    idx = np.array([[2], [0]], dtype=np.int32)
+
+    def kernel(x, i):
+        dst = nl.ndarray((2, 6), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=x.ap([[6, 2], [2**62, 1], [1, 6]], vector_offset=load(i), indirect_dim=0))
+        return store(dst)
+
+    np.testing.assert_array_equal(run_kernel(kernel, [table, idx]), table[[2, 0]])
+
+
 def test_scatter_add_through_an_inner_pattern_that_names_elements_twice_adds_every_element():
     base = np.zeros((4, 8), dtype=np.float32)
     src = np.arange(1, 13, dtype=np.float32).reshape(2, 6)
