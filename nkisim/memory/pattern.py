@@ -165,7 +165,7 @@ def strided(layout: Layout, pairs: Sequence[tuple[int, int]], offset: int) -> np
         start = offset * s
     first = storage.bytes.reshape(-1)[start : start + s].view(layout.dtype)
     shape = tuple(num for _, num in pairs)
-    steps = [step for step, _ in pairs]
+    steps = [step if num > 1 else 0 for step, num in pairs]  # a one-element dim never steps (its step may not fit)
     return np.lib.stride_tricks.as_strided(first, shape=shape, strides=layout.strides_bytes(steps))
 
 

@@ -456,6 +456,13 @@ def test_a_one_element_dim_with_a_step_beyond_numpys_strides_is_never_stepped():
 
     np.testing.assert_array_equal(run_kernel(kernel, [table, idx]), table[[2, 0]])
 
+    def static(x):
+        dst = nl.ndarray((2, 6), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=x.ap([[12, 2], [2**62, 1], [1, 6]], offset=6))
+        return store(dst)
+
+    np.testing.assert_array_equal(run_kernel(static, [table]), table[[1, 3]])
+
 
 def test_scatter_add_through_an_inner_pattern_that_names_elements_twice_adds_every_element():
     base = np.zeros((4, 8), dtype=np.float32)
