@@ -313,8 +313,12 @@ def dma_transpose(ops: DmaTransposeOps, state: EngineState) -> None:
         ops.dst.array[...] = np.transpose(ops.src.array, axes).reshape(ops.dst.shape)
         return
     values, ok = gather(ops.src, ops.oob_mode is enums.oob_mode.skip)  # skipped rows leave dst as it was
+    transposed = np.transpose(values, axes).reshape(ops.dst.shape)
+    if ok.all():
+        ops.dst.array[...] = transposed
+        return
     keep = np.transpose(ok, axes).reshape(ops.dst.shape)
-    ops.dst.array[keep] = np.transpose(values, axes).reshape(ops.dst.shape)[keep]
+    ops.dst.array[keep] = transposed[keep]
 
 
 # -- dma_compute ----------------------------------------------------------------------

@@ -521,6 +521,26 @@ def test_scatter_from_a_gather_skips_exactly_the_elements_of_rows_out_of_either_
     np.testing.assert_array_equal(run_kernel(kernel, [base, table, src_idx, nowhere]), base)
 
 
+@pytest.mark.parametrize("skip", [False, True])
+def test_an_indirect_transpose_on_trn3_transposes_the_gathered_rows(skip):
+    """Rows gathered by index, transposed; with oob_mode.skip a row out of the table leaves its column alone."""
+    table = np.arange(8 * 6, dtype=np.float16).reshape(8, 6)  # an indirect transpose moves 2-byte elements
+    idx = np.array([[3], [9 if skip else 0], [5]], dtype=np.int32)
+    mode = nisa.oob_mode.skip if skip else nisa.oob_mode.error
+
+    def kernel(x, i):
+        dst = nl.ndarray((6, 3), dtype=nl.float16, buffer=nl.sbuf)
+        nisa.memset(dst=dst, value=-1.0)
+        nisa.dma_transpose(dst=dst, src=x.ap([[6, 3], [1, 6]], vector_offset=load(i), indirect_dim=0), oob_mode=mode)
+        return store(dst)
+
+    expected = np.full((6, 3), -1.0, dtype=np.float16)
+    for column, row in enumerate(idx[:, 0]):
+        if row < 8:
+            expected[:, column] = table[row]
+    np.testing.assert_array_equal(run_kernel(kernel, [table, idx], "trn3"), expected)
+
+
 def test_gather_casts_through_float32_like_any_dma():
     a = np.arange(40, dtype=np.float32).reshape(8, 5) / 3
     idx = np.array([[7], [2]], dtype=np.int32)
