@@ -37,11 +37,48 @@ def _resolved(t: Tensor) -> Tensor:
     return t
 
 
+def _row_runs(t: DynamicTensor) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The rows of a run-time-offset view of HBM as runs of the flat allocation, when each row is one.
+
+    A row is then its first element's index (``starts``) plus the offsets of the pattern's inner dims, which
+    all step forward and never name one element twice; ``span`` is the last element's offset from the first.
+    Returns ``(starts, ok, span)``, ``ok`` saying which rows lie inside the allocation (the rows
+    :meth:`DynamicTensor.addresses` finds in bounds), or None for any other view, which that method serves.
+    """
+    layout = t._layout
+    if layout.on_chip:
+        return None
+    inner = t._pairs[1:]
+    if not _one_to_one(inner):
+        return None
+    span = sum((num - 1) * step for step, num in inner)
+    end = layout.total - span  # a row starting here or later leaves the allocation
+    if end < 1:
+        return None
+    if t._vector is not None:
+        starts = t._vector.array.reshape(-1).astype(np.int64) * t._stride + t._offset
+    else:
+        step, num = t._pairs[0]
+        starts = np.arange(num, dtype=np.int64) * step + (t._offset + t._scalar_value() * t._stride)
+    return starts, (starts >= 0) & (starts < end), span
+
+
+def _one_to_one(pairs: tuple[tuple[int, int], ...]) -> bool:
+    """Whether ``[[step, num], ...]`` steps forward in every dim and names each element once: from the smallest
+    step up, each step is longer than the dims below it reach together (a mixed-radix numbering)."""
+    reach = 0
+    for step, num in sorted(pair for pair in pairs if pair[1] > 1):
+        if step <= reach:
+            return False
+        reach += (num - 1) * step
+    return True
+
+
 def _read(t: Tensor, skip_oob: bool, role: str) -> tuple[np.ndarray, np.ndarray]:
     """Values (a copy) and per-element in-bounds mask; elements of rows out of bounds hold element 0's value."""
     if not isinstance(t, DynamicTensor):
         return t.array.copy(), np.ones(t.shape, dtype=bool)
-    runs = t.row_runs()
+    runs = _row_runs(t)
     if runs is None:
         values, ok, _ = _read_elements(t, skip_oob, role)
         return values, ok
@@ -74,7 +111,7 @@ def _row_mask(inside: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _row_windows(t: DynamicTensor, span: int) -> np.ndarray:
-    """Every run a row of ``t`` (see :meth:`DynamicTensor.row_runs`) could be, by its first element: a strided view
+    """Every run a row of ``t`` (see :func:`_row_runs`) could be, by its first element: a strided view
     of the flat allocation shaped ``(starts, *inner dims)``, in which a fancy index of starts gathers or scatters
     whole rows."""
     flat = t._layout.typed_rows().reshape(-1)
@@ -116,7 +153,7 @@ def apply_dynamic(dst: Tensor, src: Tensor, skip_oob: bool, body: Callable[[Tens
         body(staged, _staged(src_values.reshape(dst.shape), src))
         dst.array[keep] = staged.array[keep]
         return
-    runs = dst.row_runs()
+    runs = _row_runs(dst)
     if runs is not None and _scatter_rows(dst, runs, src, src_values, src_ok, skip_oob, body):
         return
     _, dst_ok, dst_addr = _read_elements(dst, skip_oob, "dst")

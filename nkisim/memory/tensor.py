@@ -620,30 +620,6 @@ class DynamicTensor(Tensor):
         mask = np.broadcast_to(ok.reshape((-1,) + (1,) * (len(self._shape) - 1)), self._shape)
         return addr, mask
 
-    def row_runs(self) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """The rows of a view of HBM as runs of the flat allocation, when each row is one.
-
-        A row is then its first element's index (``starts``) plus the offsets of the pattern's inner dims, which
-        all step forward and never name one element twice; ``span`` is the last element's offset from the first.
-        Returns ``(starts, ok, span)``, ``ok`` saying which rows lie inside the allocation (the rows
-        :meth:`addresses` finds in bounds), or None for any other view, which :meth:`addresses` serves.
-        """
-        if self._layout.on_chip:
-            return None
-        inner = self._pairs[1:]
-        if not _one_to_one(inner):
-            return None
-        span = sum((num - 1) * step for step, num in inner)
-        end = self._layout.total - span  # a row starting here or later leaves the allocation
-        if end < 1:
-            return None
-        if self._vector is not None:
-            starts = self._vector.array.reshape(-1).astype(np.int64) * self._stride + self._offset
-        else:
-            step, num = self._pairs[0]
-            starts = np.arange(num, dtype=np.int64) * step + (self._offset + self._scalar_value() * self._stride)
-        return starts, (starts >= 0) & (starts < end), span
-
     def locate(self, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Row and column into :meth:`Layout.typed_rows` of flat element indices."""
         return np.divmod(addr, self._layout.row_elems)
@@ -654,17 +630,6 @@ class DynamicTensor(Tensor):
         if self._vector is not None:
             return f"row {row} (index {int(self._vector.array.reshape(-1)[row])})"
         return f"row {row} (scalar_offset {self._scalar_value()})"
-
-
-def _one_to_one(pairs: tuple[tuple[int, int], ...]) -> bool:
-    """Whether ``[[step, num], ...]`` steps forward in every dim and names each element once: from the smallest
-    step up, each step is longer than the dims below it reach together (a mixed-radix numbering)."""
-    reach = 0
-    for step, num in sorted(pair for pair in pairs if pair[1] > 1):
-        if step <= reach:
-            return False
-        reach += (num - 1) * step
-    return True
 
 
 # -- DMA gather and scatter -----------------------------------------------------------
