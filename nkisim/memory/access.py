@@ -184,10 +184,13 @@ def _scatter_rows(
     path. A run written again is written again in a later wave, as each of its elements would be."""
     starts, inside, span = runs
     _check_bounds(dst, _row_mask(inside, dst.shape), skip_oob, "dst")
-    keep = src_ok.reshape(len(starts), -1) & inside[:, None]
-    kept = keep.all(axis=1)
-    if not np.array_equal(kept, keep.any(axis=1)):
-        return False  # a row written in part
+    if src.is_dynamic:
+        keep = src_ok.reshape(len(starts), -1) & inside[:, None]
+        kept = keep.all(axis=1)
+        if not np.array_equal(kept, keep.any(axis=1)):
+            return False  # a row written in part
+    else:
+        kept = inside  # every element of a static source comes
     picked = starts[kept]
     gaps = np.diff(np.sort(picked))
     if ((gaps > 0) & (gaps <= span)).any():
@@ -196,7 +199,8 @@ def _scatter_rows(
     values = src_values.reshape(dst.shape)
     if not kept.all():
         values = values[kept]
-    for wave in _waves(picked):
+    waves = _waves(picked) if (gaps == 0).any() else [slice(None)]  # no run repeats: one wave
+    for wave in waves:
         rows = picked[wave]
         staged = _staged(windows[rows], dst)
         body(staged, _staged(values[wave], src))
