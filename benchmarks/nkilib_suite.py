@@ -225,6 +225,8 @@ def run_suite(
         "run_all": run_all,
         "commit": _commit(checkout),
         "families": families,
+        "workers": workers,
+        "interrupted": proc.returncode == INTERRUPTED,
         "tests": rows,
     }
     path = results_path(target, everything)
@@ -497,7 +499,8 @@ def write_doc(path: Path = DOC) -> None:
             out += [expected_time(runs, len(record["tests"])), ""]
             reruns = []
         else:
-            out += [f"Wall time (2 cores, `-n 2`): {record['wall_s']} s for {scope}{commit}.", ""]
+            how = f"2 cores, `-n {record.get('workers', 2)}`" + (", interrupted" if record.get("interrupted") else "")
+            out += [f"Wall time ({how}): {record['wall_s']} s for {scope}{commit}.", ""]
         for rerun in reruns:
             out += [f"Re-run after fixes: {', '.join(rerun['families'])} in {rerun['wall_s']} s.", ""]
         seconds = family_seconds(record["tests"])

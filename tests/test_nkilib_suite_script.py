@@ -312,3 +312,20 @@ def test_a_run_merges_its_outcomes_under_an_exclusive_lock(tmp_path):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with open(results.with_suffix(".lock"), "w") as other:  # released afterwards
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_whole_run_at_once_names_its_worker_count_and_whether_it_was_stopped(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(suite, "RESULTS", tmp_path)
+    row = {"id": "integration.nkilib.core.max.test_max.T::test_a", "family": "core/max", "outcome": "passed"}
+    base = {"subset": "fast", "run_all": True, "commit": "abc1234", "families": [], "tests": [row]}
+    (tmp_path / "trn1.json").write_text(
+        json.dumps({**base, "target": "trn1", "wall_s": 9.0, "workers": 1, "interrupted": True})
+    )
+    (tmp_path / "trn2.json").write_text(json.dumps({**base, "target": "trn2", "wall_s": 5.0}))  # recorded before both
+    doc = tmp_path / "doc.md"
+    suite.write_doc(doc)
+    text = doc.read_text()
+    assert "Wall time (2 cores, `-n 1`, interrupted): 9.0 s for every family at nki-library commit abc1234." in text
+    assert "Wall time (2 cores, `-n 2`): 5.0 s for every family at nki-library commit abc1234." in text
