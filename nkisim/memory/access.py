@@ -14,7 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nkisim.errors import BoundsError
-from nkisim.memory.tensor import DynamicTensor, Tensor
+from nkisim.memory.tensor import DynamicTensor, Tensor, row_mask
 
 
 def _staged(values: np.ndarray, like: Tensor) -> Tensor:
@@ -83,7 +83,7 @@ def _read(t: Tensor, skip_oob: bool, role: str) -> tuple[np.ndarray, np.ndarray]
         values, ok, _ = _read_elements(t, skip_oob, role)
         return values, ok
     starts, inside, span = runs
-    ok = _row_mask(inside, t.shape)
+    ok = row_mask(inside, t.shape)
     _check_bounds(t, ok, skip_oob, role)
     windows = _row_windows(t, span)
     values = windows[np.where(inside, starts, 0)]
@@ -104,10 +104,6 @@ def _read_elements(t: DynamicTensor, skip_oob: bool, role: str) -> tuple[np.ndar
 def _check_bounds(t: DynamicTensor, ok: np.ndarray, skip_oob: bool, role: str) -> None:
     if not skip_oob and not ok.all():
         raise BoundsError(f"{role} {t!r}: {t.first_bad_row(ok)} is out of bounds (oob_mode.error)")
-
-
-def _row_mask(inside: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return np.broadcast_to(inside.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
 
 
 def _row_windows(t: DynamicTensor, span: int) -> np.ndarray:
@@ -183,7 +179,7 @@ def _scatter_rows(
     two rows written are the same run or share no element; False (nothing done) otherwise, for the element-wise
     path. A run written again is written again in a later wave, as each of its elements would be."""
     starts, inside, span = runs
-    _check_bounds(dst, _row_mask(inside, dst.shape), skip_oob, "dst")
+    _check_bounds(dst, row_mask(inside, dst.shape), skip_oob, "dst")
     if src.is_dynamic:
         keep = src_ok.reshape(len(starts), -1) & inside[:, None]
         kept = keep.all(axis=1)

@@ -617,8 +617,7 @@ class DynamicTensor(Tensor):
         if layout.on_chip:
             part = rows // layout.row_elems
             ok &= (part == part[:, :1]).all(axis=1)
-        mask = np.broadcast_to(ok.reshape((-1,) + (1,) * (len(self._shape) - 1)), self._shape)
-        return addr, mask
+        return addr, row_mask(ok, self._shape)
 
     def locate(self, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Row and column into :meth:`Layout.typed_rows` of flat element indices."""
@@ -630,6 +629,11 @@ class DynamicTensor(Tensor):
         if self._vector is not None:
             return f"row {row} (index {int(self._vector.array.reshape(-1)[row])})"
         return f"row {row} (scalar_offset {self._scalar_value()})"
+
+
+def row_mask(rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A per-row flag (along dim 0) as a per-element mask of ``shape`` (a read-only broadcast view)."""
+    return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
 
 
 # -- DMA gather and scatter -----------------------------------------------------------
