@@ -8,14 +8,17 @@ own, and a call that breaks a rule still fails after others with its shapes pass
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
+from sanitizer.test_corpus import CASES
 
 import nkisim
 import nkisim.nki as nki
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
+from nkisim import CheckWarning
 from nkisim.errors import KernelError, SourceLoc
 from nkisim.examples.matmul import matmul_tiled
 from nkisim.examples.softmax import softmax_rows
@@ -183,3 +186,70 @@ def test_an_operator_is_keyed_by_the_very_object_and_kept_alive_by_its_plan() ->
     assert len(machine._plans) == 3
     kept = {id(op) for plan in machine._plans.values() for op in plan.pinned}
     assert kept == {id(OPS["add"]), id(twin), id(nl.add)}
+
+
+def _findings(profile: nkisim.Profile) -> list[tuple[object, ...]]:
+    return [(d.check, d.severity, d.loc, d.message) for d in profile.diagnostics]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_a_shapes_only_run_with_plans_finds_what_one_without_finds(case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shapes-only run makes a planned call's operand model only when the sanitizer asks for it (Plan.lazy)."""
+    shapes = [(shape, "float32") for shape in case.inputs]
+    kernel = getattr(case.module, case.kernel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckWarning)
+        planned = nkisim.profile(kernel, shapes, target=case.target, check="warn")
+        monkeypatch.setattr(machine_module, "MAX_PLANS", 0)
+        unplanned = nkisim.profile(kernel, shapes, target=case.target, check="warn")
+    assert _findings(planned) == _findings(unplanned)
+    assert _records(planned) == _records(unplanned)
+
+
+@nki.jit
+def _carried_in_a_loop(a):
+    """Each iteration copies a never-written tile (the copy carries its state) and then reads the copy."""
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    never = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+    for _ in range(3):
+        moved = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=moved, src=never)
+        used = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=used, data=moved, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out, src=used)
+    return out
+
+
+def _counting_binds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    made: list[str] = []
+    real_bind = machine_module.bind
+
+    def counting_bind(plan, spec, arguments):
+        made.append(spec.name)
+        return real_bind(plan, spec, arguments)
+
+    monkeypatch.setattr(machine_module, "bind", counting_bind)
+    return made
+
+
+def test_a_shapes_only_run_makes_no_operand_model_for_a_planned_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _counting_binds(monkeypatch)
+    profile = nkisim.profile(matmul_tiled, [((512, 256), "float32"), ((512, 1024), "float32")], check="warn")
+    assert profile.diagnostics == () and profile.instruction_count > 20
+    assert made == []
+    nkisim.run(matmul_tiled, [np.ones((512, 256), np.float32), np.ones((512, 1024), np.float32)])
+    assert len(made) > 10  # a run with values makes one for each planned call
+
+
+def test_a_lazy_plan_makes_its_operands_when_a_carrier_needs_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _counting_binds(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckWarning)
+        planned = nkisim.profile(_carried_in_a_loop, [((128, 64), "float32")], check="warn")
+    assert "dma_copy" in made  # iterations 2 and 3: the carrier of never-written bytes needs the operand model
+    monkeypatch.setattr(machine_module, "MAX_PLANS", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckWarning)
+        unplanned = nkisim.profile(_carried_in_a_loop, [((128, 64), "float32")], check="warn")
+    assert [d.check for d in planned.diagnostics].count("uninitialized-read") >= 1
+    assert _findings(planned) == _findings(unplanned)

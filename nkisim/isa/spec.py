@@ -250,7 +250,8 @@ class InstructionSpec:
     #: Multi-core instructions (``core_barrier``, ``sendrecv``): meets the other cores before being placed.
     synchronise: Synchronise | None = None
     #: Accumulating instructions (matmul into PSUM, DMA with ``dst_rmw_op``): the sanitizer lets
-    #: ``affine_range`` iterations accumulate into one tile with them.
+    #: ``affine_range`` iterations accumulate into one tile with them. It reads only scalar arguments: a plan
+    #: (nkisim.sim.plans) works it out once for every call with the same scalars and operand geometries.
     accumulates: Accumulates | None = None
     #: Instructions that move never-written input elements to ``dst`` rather than use them
     #: (:mod:`nkisim.isa.carriers`): the sanitizer reports those elements where they are used.

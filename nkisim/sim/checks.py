@@ -291,16 +291,21 @@ class Checker:
         spec: InstructionSpec,
         engine: Engine,
         loc: SourceLoc,
-        ops: Operands,
+        ops: Operands | None,
         reads: list[tuple[str, Tensor]],
         writes: list[tuple[str, Tensor]],
+        adds: bool | None,
+        build: Callable[[], Operands] | None = None,
     ) -> None:
-        """The checks of one instruction before it runs: its reads, its operands, its loops."""
+        """The checks of one instruction before it runs: its reads, its operands, its loops.
+
+        ``adds`` is the spec's ``accumulates`` verdict (True, None: inferred, False). ``ops`` is None when the
+        run has not made the operand model (a shapes-only run of a planned call); ``build`` makes it then.
+        """
         opcode = spec.qualname
-        adds = spec.accumulates(ops) if spec.accumulates is not None else False  # True, None (inferred) or False
         accumulates = adds is not False
         self._carrying, self._carried_values = None, 0
-        self._uninitialised(opcode, loc, reads, ops, spec)
+        self._uninitialised(opcode, loc, reads, ops, spec, build)
         if engine is not _DMA_ENGINE:
             legal = self._legal_geometries
             for name, t in (*reads, *writes):
@@ -358,7 +363,13 @@ class Checker:
         return lambda severity, check, rule: self.report(severity, check, loc, opcode, rule)
 
     def _uninitialised(
-        self, opcode: str, loc: SourceLoc, reads: list[tuple[str, Tensor]], ops: Operands, spec: InstructionSpec
+        self,
+        opcode: str,
+        loc: SourceLoc,
+        reads: list[tuple[str, Tensor]],
+        ops: Operands | None,
+        spec: InstructionSpec,
+        build: Callable[[], Operands] | None,
     ) -> None:
         """Report the reads of never-written on-chip memory by this instruction's input operands.
 
@@ -367,9 +378,10 @@ class Checker:
         moves never-written elements to its dst instead; they are reported, at the line
         that first read them, when an instruction uses them.
         """
-        inputs = self._inputs.get(ops.__class__)
+        model = spec.operands
+        inputs = self._inputs.get(model)
         if inputs is None:
-            inputs = self._inputs[ops.__class__] = frozenset(f for f, a in ops.tensor_fields if a is Access.read)
+            inputs = self._inputs[model] = frozenset(f for f, a in model.tensor_fields if a is Access.read)
         moves: Carrier | bool | None = False  # looked up when a read is found not all written
         carried: dict[str, np.ndarray] = {}
         written = self._written_tiles
@@ -382,6 +394,9 @@ class Checker:
             if taint is None:
                 continue
             if moves is False:
+                if spec.carries is not None and ops is None:
+                    assert build is not None
+                    ops = build()
                 moves = spec.carries(ops, self.hw) if spec.carries is not None else None
             if moves is None or operand not in moves.srcs:  # type: ignore[union-attr]
                 self._used(opcode, loc, operand, t, taint)
@@ -393,6 +408,7 @@ class Checker:
             carried[operand] = taint
         if not carried or not isinstance(moves, Carrier):
             return
+        assert ops is not None  # made above, to find the carrier
         if not (_tracked(ops.dst) and not ops.dst.is_dynamic):
             return  # nothing to carry the values to: a dynamic dst, or one off chip
         for operand, t in reads:

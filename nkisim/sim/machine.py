@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
@@ -206,9 +207,16 @@ class Machine:
             engine = self._engine(spec, ops, loc)
             self._validate(spec, ops, Check(spec.name, engine, self.hw, loc, spec.namespace))
             tensor_reads, tensor_writes = ops.accessed()
+            adds = spec.accumulates(ops) if spec.accumulates is not None else False
         else:
-            ops = bind(plan, spec, arguments) if plan.template is not None else self._operands(spec, instruction)
+            if plan.lazy and not self.compute and self.recorder is None:
+                ops = None  # shapes only: made if the sanitizer asks (Checker.before)
+            elif plan.template is not None:
+                ops = bind(plan, spec, arguments)
+            else:
+                ops = self._operands(spec, instruction)
             engine = plan.engine
+            adds = plan.adds
             if plan.reads is None or plan.writes is None:
                 tensor_reads, tensor_writes = ops.accessed()
             else:
@@ -221,7 +229,8 @@ class Machine:
         self._issued += 1
         checker = self.checker
         if checker is not None:
-            checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes)
+            build = partial(bind, plan, spec, arguments) if ops is None else None
+            checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes, adds, build)
         if self.compute:
             if self.memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
                 self._settle_poison(spec, ops, tensor_reads, tensor_writes)
@@ -242,7 +251,7 @@ class Machine:
             if key is not None and len(self._plans) < MAX_PLANS:
                 self._plans[key] = make_plan(spec, arguments, ops, engine, cost, summary)
         else:
-            cost = cost_of(plan, ops) if plan.cost is not None else spec.cost(ops, self.hw, engine)
+            cost = cost_of(plan, ops, arguments) if plan.cost is not None else spec.cost(ops, self.hw, engine)
             summary = plan.summary
         if self.memory.spilled:
             self._spill_traffic(loc, tensor_reads, tensor_writes)

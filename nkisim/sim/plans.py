@@ -59,6 +59,10 @@ class Plan:
         fields_set: the model's explicitly given fields.
         reads, writes: the tensor arguments read and written, in the spec's order (None: the operand
             model's ``accessed()`` gives views of its arguments, so each call asks it).
+        adds: the spec's ``accumulates`` verdict (True, None: inferred, False), which reads only scalar arguments.
+        lazy: nothing but the sanitizer's rare paths needs the call's operand model unless it computes values
+            (no extra accesses, no synchronisation, a kept cost, the plain reads and writes, a template): a
+            shapes-only run makes it only when asked.
         pinned: the operator and enum arguments, kept alive so that no other object takes the ids the
             key names them by.
     """
@@ -72,6 +76,8 @@ class Plan:
     fields_set: frozenset[str]
     reads: tuple[str, ...] | None
     writes: tuple[str, ...] | None
+    adds: bool | None = False
+    lazy: bool = False
     pinned: tuple[object, ...] = ()
 
 
@@ -154,6 +160,9 @@ def make_plan(
             kept = None
     reads, writes = ops.accessed()
     plain = all(t is arguments.get(n) for n, t in (*reads, *writes))  # else accessed() narrows operands: ask it
+    lazy = (
+        template is not None and plain and kept is not None and spec.extra_accesses is None and spec.synchronise is None
+    )
     return Plan(
         engine=engine,
         cost=kept,
@@ -164,6 +173,8 @@ def make_plan(
         fields_set=frozenset(ops.model_fields_set),
         reads=tuple(name for name, _ in reads) if plain else None,
         writes=tuple(name for name, _ in writes) if plain else None,
+        adds=spec.accumulates(ops) if spec.accumulates is not None else False,
+        lazy=lazy,
         pinned=tuple(value for value in arguments.values() if isinstance(value, _PINNED)),
     )
 
@@ -182,12 +193,14 @@ def bind(plan: Plan, spec: InstructionSpec, arguments: dict[str, Any]) -> Any:
     return ops
 
 
-def cost_of(plan: Plan, ops: Any) -> Cost:
-    """The plan's cost, its setup tied to this call's operand."""
+def cost_of(plan: Plan, ops: Any, arguments: dict[str, Any]) -> Cost:
+    """The plan's cost, its setup tied to this call's operand (of ``arguments`` when ``ops`` is None: a lazy plan's
+    template holds the very tensors of the arguments)."""
     cost = plan.cost
     assert cost is not None
     if plan.setup_operand is None:
         return cost
+    setup = arguments[plan.setup_operand] if ops is None else getattr(ops, plan.setup_operand)
     return Cost(
         cost.busy_ns,
         cost.latency_ns,
@@ -195,7 +208,7 @@ def cost_of(plan: Plan, ops: Any) -> Cost:
         cost.bytes,
         cost.flops,
         cost.setup_ns,
-        getattr(ops, plan.setup_operand).region,
+        setup.region,
         cost.table,
         cost.dma_engines,
     )
