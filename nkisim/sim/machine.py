@@ -55,9 +55,9 @@ from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
 from nkisim.memory.system import BorrowedInputWritten
 from nkisim.sim.checks import Checker
-from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan
+from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan, setup_region
 from nkisim.sim.program import Recorder
-from nkisim.sim.scheduler import Scheduler, Timeline
+from nkisim.sim.scheduler import Row, Scheduler, Timeline
 
 #: How many instructions pass between calls of a progress hook.
 PROGRESS_EVERY = 4096
@@ -157,6 +157,8 @@ class Machine:
         self.checker = checker
         #: Plans by call key (nkisim.sim.plans): what each operand geometry decided, for this machine.
         self._plans: dict[tuple[object, ...], Plan] = {}
+        #: The scheduler rows of direct plans' calls by (plan, line, unit): the plan and line kept with the row.
+        self._rows: dict[tuple[int, int, int | None], tuple[Plan, SourceLoc, Row]] = {}
         #: The latest instruction, issued but not yet placed: the arguments of ``Scheduler.schedule``.
         self._pending: tuple[Any, ...] | None = None
         #: Instructions the pending one must wait for (:meth:`depend`, and its spill refills).
@@ -245,17 +247,32 @@ class Machine:
             writes = [t.region for _, t in tensor_writes]
         else:
             reads, writes = self._accesses(spec, ops, tensor_reads, tensor_writes)
+        if self.memory.spilled:
+            self._spill_traffic(loc, tensor_reads, tensor_writes)
+        index = self.scheduler.count
+        if plan is not None and plan.direct:  # queued with its site's row, made once
+            known = self._rows.get((id(plan), id(loc), instruction.unit))
+            if known is not None and known[0] is plan and known[1] is loc:
+                row = known[2]
+            else:
+                assert plan.cost is not None
+                row = self.scheduler.row(
+                    spec.name, engine, plan.cost, loc, len(reads), 0.0, plan.summary, instruction.unit
+                )
+                if len(self._rows) < MAX_PLANS:
+                    self._rows[(id(plan), id(loc), instruction.unit)] = (plan, loc, row)
+            self._pending = (row, reads, writes, setup_region(plan, ops, arguments), loc)
+            if self.peer is not None:
+                self.peer.yield_turn()
+            return index
         if plan is None:
             cost = spec.cost(ops, self.hw, engine)
             summary = _summary(ops) if self.operands else ()
             if key is not None and len(self._plans) < MAX_PLANS:
                 self._plans[key] = make_plan(spec, arguments, ops, engine, cost, summary)
         else:
-            cost = cost_of(plan, ops, arguments) if plan.cost is not None else spec.cost(ops, self.hw, engine)
+            cost = cost_of(plan, ops) if plan.cost is not None else spec.cost(ops, self.hw, engine)
             summary = plan.summary
-        if self.memory.spilled:
-            self._spill_traffic(loc, tensor_reads, tensor_writes)
-        index = self.scheduler.count
         if spec.synchronise is not None:
             arrival = self.scheduler.earliest_start(engine, reads, writes, instruction.unit)
             chk = Check(spec.name, engine, self.hw, loc, spec.namespace)
@@ -285,10 +302,14 @@ class Machine:
         pending, after = self._pending, self._pending_after
         assert pending is not None
         self._pending = None
-        opcode, engine, cost, reads, writes, loc, summary, unit = pending
         if after:
             self._pending_after = []
-        self.scheduler.schedule(opcode, engine, cost, reads, writes, loc, args=summary, unit=unit, after=after)
+        if len(pending) == 5:  # a direct plan's call (see issue)
+            row, reads, writes, setup, loc = pending
+            self.scheduler.queue(row, reads, writes, setup, after)
+        else:
+            opcode, engine, cost, reads, writes, loc, summary, unit = pending
+            self.scheduler.schedule(opcode, engine, cost, reads, writes, loc, args=summary, unit=unit, after=after)
         if self._pending_saves:
             self._save_spilled(self.scheduler.count - 1, loc)
 

@@ -31,7 +31,7 @@ import numpy as np
 from nkisim.hw import Engine
 from nkisim.isa import Cost, InstructionSpec
 from nkisim.isa.ops import Op
-from nkisim.memory import Tensor
+from nkisim.memory import Region, Tensor
 
 #: Plans one machine keeps; a kernel whose scalars change at every call stops adding past it.
 MAX_PLANS = 4096
@@ -60,9 +60,11 @@ class Plan:
         reads, writes: the tensor arguments read and written, in the spec's order (None: the operand
             model's ``accessed()`` gives views of its arguments, so each call asks it).
         adds: the spec's ``accumulates`` verdict (True, None: inferred, False), which reads only scalar arguments.
-        lazy: nothing but the sanitizer's rare paths needs the call's operand model unless it computes values
-            (no extra accesses, no synchronisation, a kept cost, the plain reads and writes, a template): a
-            shapes-only run makes it only when asked.
+        direct: the call's regions are its tensor arguments' (the plain reads and writes, no extra accesses), its
+            cost is the kept one and it meets no other core: it is queued with a row of the scheduler made once
+            per site (:meth:`nkisim.sim.scheduler.Scheduler.row`).
+        lazy: direct, with a template: nothing but the sanitizer's rare paths needs the call's operand model
+            unless the run computes values, so a shapes-only run makes it only when asked.
         pinned: the operator and enum arguments, kept alive so that no other object takes the ids the
             key names them by.
     """
@@ -77,6 +79,7 @@ class Plan:
     reads: tuple[str, ...] | None
     writes: tuple[str, ...] | None
     adds: bool | None = False
+    direct: bool = False
     lazy: bool = False
     pinned: tuple[object, ...] = ()
 
@@ -160,9 +163,7 @@ def make_plan(
             kept = None
     reads, writes = ops.accessed()
     plain = all(t is arguments.get(n) for n, t in (*reads, *writes))  # else accessed() narrows operands: ask it
-    lazy = (
-        template is not None and plain and kept is not None and spec.extra_accesses is None and spec.synchronise is None
-    )
+    direct = plain and kept is not None and spec.extra_accesses is None and spec.synchronise is None
     return Plan(
         engine=engine,
         cost=kept,
@@ -174,7 +175,8 @@ def make_plan(
         reads=tuple(name for name, _ in reads) if plain else None,
         writes=tuple(name for name, _ in writes) if plain else None,
         adds=spec.accumulates(ops) if spec.accumulates is not None else False,
-        lazy=lazy,
+        direct=direct,
+        lazy=direct and template is not None,
         pinned=tuple(value for value in arguments.values() if isinstance(value, _PINNED)),
     )
 
@@ -193,14 +195,22 @@ def bind(plan: Plan, spec: InstructionSpec, arguments: dict[str, Any]) -> Any:
     return ops
 
 
-def cost_of(plan: Plan, ops: Any, arguments: dict[str, Any]) -> Cost:
-    """The plan's cost, its setup tied to this call's operand (of ``arguments`` when ``ops`` is None: a lazy plan's
+def setup_region(plan: Plan, ops: Any, arguments: dict[str, Any]) -> Region | None:
+    """The region of this call's ``setup_operand``, or None (of ``arguments`` when ``ops`` is None: a lazy plan's
     template holds the very tensors of the arguments)."""
+    name = plan.setup_operand
+    if name is None:
+        return None
+    return (arguments[name] if ops is None else getattr(ops, name)).region
+
+
+def cost_of(plan: Plan, ops: Any) -> Cost:
+    """The plan's cost, its setup tied to this call's operand."""
     cost = plan.cost
     assert cost is not None
     if plan.setup_operand is None:
         return cost
-    setup = arguments[plan.setup_operand] if ops is None else getattr(ops, plan.setup_operand)
+    setup = getattr(ops, plan.setup_operand)
     return Cost(
         cost.busy_ns,
         cost.latency_ns,

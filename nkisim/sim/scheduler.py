@@ -56,6 +56,12 @@ _NO_REGION = (-1, 0, 0, 0, 0)
 #: Read at every instruction: an enum's class attribute costs ~0.15 us in Python 3.11.
 _DMA_ENGINE = Engine.dma
 
+#: What a queued instruction shares with every call of its site (:meth:`Scheduler.row`): lane (-1: the DMA
+#: queue free earliest), engine value, activation table (-1: none), first DMA engine, DMA engine count, site,
+#: regions read; then busy, latency, setup and not-before times in ns.
+Row = tuple[int, int, int, int, int, int, int, float, float, float, float]
+_INTS = 7
+
 
 class Scheduler:
     """Assigns each instruction, in program order, a start and end time.
@@ -110,25 +116,25 @@ class Scheduler:
         self._clear_batch()
 
     def _clear_batch(self) -> None:
-        self._lanes: list[int] = []
-        self._transfers = 0  # DMAs queued: each books at most one interval of each DMA engine's calendar
-        self._engines: list[int] = []
-        # flat lists (numpy converts them twice as fast as lists of tuples): 4 costs, 2 DMA fields, 5 per region
-        self._costs: list[float] = []
-        self._table_ids: list[int] = []
-        self._dma: list[int] = []
+        #: The rows of the queued instructions: each distinct row once (by identity: a planned site's row is one
+        #: object), and its position for each instruction.
+        self._rows: list[Row] = []
+        self._row_at: dict[int, int] = {}
+        self._row_ids: list[int] = []
+        # flat lists (numpy converts them twice as fast as lists of tuples): 5 per region
         self._regions: list[int] = []
         self._region_ends: list[int] = [0]
-        self._reads: list[int] = []
+        # the few instructions with a stationary region or depends_on edges, by position in the batch
+        self._setup_at: list[int] = []
         self._setup: list[int] = []
+        self._edges_at: list[int] = []
+        self._edge_counts: list[int] = []
         self._edges: list[int] = []
-        self._edge_ends: list[int] = [0]
-        self._site_ids: list[int] = []
 
     @property
     def timeline(self) -> Timeline:
         """Every instruction scheduled so far, placed."""
-        if self._lanes:
+        if self._row_ids:
             self.flush()
         return self._timeline
 
@@ -198,6 +204,22 @@ class Scheduler:
         ``unit`` picks one instance of a replicated engine (its own in-order track); ``after``
         lists instructions it waits for besides its data producers (``depends_on`` edges).
         """
+        row = self.row(opcode, engine, cost, source, len(reads), not_before, args, unit)
+        key = cost.setup_key
+        return self.queue(row, reads, writes, key if isinstance(key, Region) else None, after)
+
+    def row(
+        self,
+        opcode: str,
+        engine: Engine,
+        cost: Cost,
+        source: SourceLoc,
+        n_reads: int,
+        not_before: float = 0.0,
+        args: Operands = (),
+        unit: int | None = None,
+    ) -> Row:
+        """What an instruction shares with every call of its site: its lane, costs, site (see :meth:`queue`)."""
         lane = -1 if engine is _DMA_ENGINE else self._lane(engine, unit)
         nbytes, flops = cost.bytes, cost.flops
         # a call with the very operand summary of an earlier one from its line has its site: no need to hash the summary
@@ -209,7 +231,16 @@ class Scheduler:
             site = self._timeline.site_number(opcode, source, nbytes, flops, args)
             if len(self._sites) < MAX_SITES:
                 self._sites[site_key] = (args, nbytes.__class__, flops.__class__, site)
-        return self._queue(lane, engine._value_, cost, reads, writes, not_before, after, site)
+        return self._row(lane, engine._value_, cost, site, n_reads, not_before)
+
+    def _row(self, lane: int, engine: int, cost: Cost, site: int, n_reads: int, not_before: float) -> Row:
+        table = cost.table
+        table_id = -1 if table is None else self._tables.setdefault(table, len(self._tables))
+        first, count = cost.dma_engines or (0, self._dma_engines)
+        return (
+            lane, engine, table_id, first, count, site, n_reads, cost.busy_ns, cost.latency_ns, cost.setup_ns,
+            not_before,
+        )  # fmt: skip
 
     def schedule_spill(
         self,
@@ -226,74 +257,82 @@ class Scheduler:
         uses), in order on :data:`SPILL_TRACK`.
         """
         site = self._timeline.site_number(opcode, source, cost.bytes, cost.flops, ())
-        return self._queue(self._queues, Engine.dma.value, cost, reads, writes, 0.0, after, site)
+        row = self._row(self._queues, Engine.dma.value, cost, site, len(reads), 0.0)
+        key = cost.setup_key
+        return self.queue(row, reads, writes, key if isinstance(key, Region) else None, after)
 
-    def _queue(
-        self,
-        lane: int,
-        engine: int,
-        cost: Cost,
-        reads: list[Region],
-        writes: list[Region],
-        not_before: float,
-        after: Sequence[int],
-        site: int,
+    def queue(
+        self, row: Row, reads: list[Region], writes: list[Region], setup: Region | None, after: Sequence[int]
     ) -> int:
+        """Queue one instruction for the timeline: its :meth:`row`, the regions it reads (as many as the row says)
+        and writes, its stationary region, and the instructions it waits for besides its data producers; returns
+        its index."""
         index = self.count
         self.count = index + 1
-        self._lanes.append(lane)
-        if lane < 0 or lane == self._queues:
-            self._transfers += 1
-        self._engines.append(engine)
-        self._costs.extend((cost.busy_ns, cost.latency_ns, cost.setup_ns, not_before))
-        table = cost.table
-        self._table_ids.append(-1 if table is None else self._tables.setdefault(table, len(self._tables)))
-        self._dma.extend(cost.dma_engines or (0, self._dma_engines))
+        at = self._row_at.get(id(row))
+        if at is None:
+            at = self._row_at[id(row)] = len(self._rows)
+            self._rows.append(row)
+        ids = self._row_ids
+        ids.append(at)
         rows, tracker = self._regions, self.tracker
-        row, grid_of = tracker.row, tracker._grid_of
+        grid_of = tracker._grid_of
         for region in (*reads, *writes):
             storage, r0, r1, b0, b1 = region
             g = grid_of.get(storage.uid)
             if g is None:  # a new storage
-                rows.extend(row(region))
+                rows.extend(tracker.row(region))
             else:  # what tracker.row gives, without the call
                 rows.extend((g, r0, r1, b0, b1))
         self._region_ends.append(len(rows) // 5)
-        self._reads.append(len(reads))
-        key = cost.setup_key
-        self._setup.extend(row(key) if isinstance(key, Region) else _NO_REGION)
+        if setup is not None:
+            self._setup_at.append(len(ids) - 1)
+            self._setup.extend(tracker.row(setup))
         if after:
+            self._edges_at.append(len(ids) - 1)
+            self._edge_counts.append(len(after))
             self._edges.extend(after)
-        self._edge_ends.append(len(self._edges))
-        self._site_ids.append(site)
-        if len(self._lanes) >= BATCH:
+        if len(ids) >= BATCH:
             self.flush()
         return index
 
     def flush(self) -> None:
         """Place every queued instruction, in program order."""
-        n = len(self._lanes)
+        n = len(self._row_ids)
         if not n:
             return
         tl, tracker = self._timeline, self.tracker
         base = len(tl)
-        self._make_room(base + n, self._transfers)
+        ids = np.array(self._row_ids, dtype=np.int64)
+        ints = np.array([row[:_INTS] for row in self._rows], dtype=np.int64)
+        times = np.array([row[_INTS:] for row in self._rows], dtype=np.float64)
+        lanes = ints[ids, 0]
+        # each DMA books at most one interval of each DMA engine's calendar
+        self._make_room(base + n, int(np.count_nonzero((lanes < 0) | (lanes == self._queues))))
         regions = np.array(self._regions, dtype=np.int64).reshape(-1, 5)
         region_ends = np.array(self._region_ends, dtype=np.int64)
-        reads = np.array(self._reads, dtype=np.int64)
+        reads = ints[ids, 6]
+        setup = np.empty((n, 5), dtype=np.int64)
+        setup[:] = _NO_REGION
+        if self._setup_at:
+            setup[self._setup_at] = np.array(self._setup, dtype=np.int64).reshape(-1, 5)
+        edge_ends = np.zeros(n + 1, dtype=np.int64)
+        if self._edges_at:
+            edge_ends[np.array(self._edges_at) + 1] = self._edge_counts
+            np.cumsum(edge_ends, out=edge_ends)
         out_f = np.empty((n, 5))
         out_i = np.empty((n, 3), dtype=np.int64)
         columns = (
-            np.array(self._lanes, dtype=np.int64),
-            np.array(self._engines, dtype=np.int64),
-            np.array(self._costs, dtype=np.float64).reshape(n, 4),
-            np.array(self._table_ids, dtype=np.int64),
-            np.array(self._dma, dtype=np.int64).reshape(n, 2),
+            lanes,
+            ints[ids, 1],
+            times[ids],
+            ints[ids, 2],
+            ints[ids, 3:5],
             region_ends,
             reads,
             regions,
-            np.array(self._setup, dtype=np.int64).reshape(n, 5),
-            np.array(self._edge_ends, dtype=np.int64),
+            setup,
+            edge_ends,
             np.array(self._edges, dtype=np.int64),
         )
         # the ends of placed instructions, for depends_on edges (a view: released before the timeline grows)
@@ -328,7 +367,7 @@ class Scheduler:
             for lane in lanes[np.searchsorted(self._lane_track[lanes], named) :]:
                 tl.track_number(self._lane_names[lane])
         del placed_end
-        tl.extend(out_f, out_i, self._site_ids)
+        tl.extend(out_f, out_i, ints[ids, 5])
         self._clear_batch()
 
     def _make_room(self, total: int, transfers: int) -> None:
