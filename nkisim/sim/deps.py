@@ -521,12 +521,16 @@ def _ready_all(
     """The latest producer of the reads alone (RAW), then of the reads and writes (RAW, WAW, WAR)."""
     best, who = 0.0, -1
     best_reads, who_reads = best, who
+    g = regions[0, 0] if n_reads + n_writes else 0
+    e, c = _maps(ends, codes, grids, g)  # made again only when a region is on another grid (a reshape is not free)
+    se, sc = _summaries(sum_ends, sum_codes, grids, g)
     for k in range(n_reads + n_writes):
         if k == n_reads:
             best_reads, who_reads = best, who
-        g = regions[k, 0]
-        e, c = _maps(ends, codes, grids, g)
-        se, sc = _summaries(sum_ends, sum_codes, grids, g)
+        if regions[k, 0] != g:
+            g = regions[k, 0]
+            e, c = _maps(ends, codes, grids, g)
+            se, sc = _summaries(sum_ends, sum_codes, grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
         t, producer = _scan(
             e, c, se, sc, grids[g, 6], WRITES, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns
@@ -565,10 +569,16 @@ def _commit_all(
     Returns ``(_DONE, -1)``, or the status of the first region that needs the pool to grow and its index
     (nothing of that region or after it is recorded yet).
     """
+    if first >= n_reads + n_writes:
+        return _DONE, -1
+    g = regions[first, 0]
+    e, c = _maps(ends, codes, grids, g)  # made again only when a region is on another grid
+    se, sc = _summaries(sum_ends, sum_codes, grids, g)
     for k in range(first, n_reads + n_writes):
-        g = regions[k, 0]
-        e, c = _maps(ends, codes, grids, g)
-        se, sc = _summaries(sum_ends, sum_codes, grids, g)
+        if regions[k, 0] != g:
+            g = regions[k, 0]
+            e, c = _maps(ends, codes, grids, g)
+            se, sc = _summaries(sum_ends, sum_codes, grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
         m, at = (READS, end) if k < n_reads else (WRITES, visible)
         status = _assign(e, c, se, sc, grids[g, 6], m, pool, grids[g, 3], grids[g, 4], r0, r1, b0, b1, at, ident)
