@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from nkisim.errors import CapacityError
 from nkisim.hw import load_target
+from nkisim.memory import space
 from nkisim.memory.space import OnChipMemory
+from nkisim.memory.system import MemorySystem
 
 UINT8 = np.dtype(np.uint8)
 ROW_BYTES = 4096  # small partitions, so that the allocator soon wraps round and reuses freed bytes
@@ -128,3 +130,21 @@ def _check_tile_layouts(system, shapes, dt, memo) -> None:
         assert tile.region.r1 - tile.region.r0 == partitions
         assert tile.region.b1 - tile.region.b0 == free_bytes
         assert len(memory._layouts) <= memo
+
+
+@pytest.mark.parametrize("shape", [(128, 64), (128, 196_608), (4, 1 << 20)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32])
+def test_storage_zeros_are_zero_writable_and_private(shape, dtype):
+    a, b = space.zeros(shape, dtype), space.zeros(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype and a.flags.writeable and a.flags.c_contiguous
+    assert not a.any()
+    a[-1, -1] = 7
+    a[0, :3] = 1
+    assert int(a.sum()) == 10 and not b.any() and not np.shares_memory(a, b)
+
+
+def test_a_memory_without_poison_starts_zeroed():
+    hw = load_target("trn2")
+    quiet = MemorySystem(hw, poison=False)
+    assert not quiet.sbuf.storage.bytes.any() and not quiet.psum.storage.acc_flags.any()
+    assert quiet.sbuf.storage.bytes.shape[0] == hw.sbuf.partitions

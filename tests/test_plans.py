@@ -28,6 +28,7 @@ from nkisim.memory import Buffer, Tensor
 from nkisim.memory import tensor as tensor_module
 from nkisim.memory.dtypes import TFLOAT32
 from nkisim.sim import Instruction, Machine
+from nkisim.sim import checks as checks_module
 from nkisim.sim import machine as machine_module
 from nkisim.sim.plans import call_key
 
@@ -229,6 +230,7 @@ def _counting_binds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real_bind(plan, spec, arguments)
 
     monkeypatch.setattr(machine_module, "bind", counting_bind)
+    monkeypatch.setattr(checks_module, "bind", counting_bind)
     return made
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import mmap
 import weakref
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -55,6 +56,23 @@ ON_CHIP_BUFFERS = frozenset((Buffer.sbuf, Buffer.psum))
 _storage_ids = itertools.count()
 
 
+#: From this many bytes on, :func:`zeros` maps fresh pages instead of asking numpy.
+LAZY_ZEROS_BYTES = 1 << 20
+
+
+def zeros(shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """A zero-filled array whose pages the OS zeroes when they are first touched.
+
+    numpy's ``zeros`` of a large array may clear all of it at once (about 0.6 ms for an SBUF's 24 MiB, when the C
+    allocator hands back a block freed before), though a run that computes no values touches little of it; an
+    anonymous memory map costs the same whatever the size, and the pages no one touches are never made.
+    """
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if size < LAZY_ZEROS_BYTES:
+        return np.zeros(shape, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, size), dtype=dtype).reshape(shape)
+
+
 class Storage:
     """A block of real bytes laid out as ``rows x row_bytes`` (rows are partitions on chip)."""
 
@@ -76,7 +94,7 @@ class Storage:
     ) -> None:
         """``data``: existing ``uint8`` bytes of shape ``(rows, row_bytes)`` to stand for the storage (else zeros)."""
         self.kind = kind
-        self.bytes = np.zeros((rows, row_bytes), dtype=np.uint8) if data is None else data
+        self.bytes = zeros((rows, row_bytes), np.uint8) if data is None else data
         #: The shape of :attr:`bytes`, as plain attributes: read at every view (a property cost ~0.15 us).
         self.rows, self.row_bytes = self.bytes.shape
         #: Where :attr:`bytes` starts in host memory (views find their offset from it).
@@ -86,7 +104,7 @@ class Storage:
         #: PSUM only: per two bytes (a matmul writes float32 or bfloat16 elements, so never half of two bytes), the
         #: :meth:`acc_mark` of the tile whose matmul wrote them last (0: none). Kept narrow and dense: a matmul
         #: reads and writes the marks of all its elements, and one int64 per byte moved eight times the values' bytes.
-        self.acc_flags = np.zeros((rows, -(-row_bytes // 2)), dtype=np.int32) if kind == "psum" else None
+        self.acc_flags = zeros((rows, -(-row_bytes // 2)), np.int32) if kind == "psum" else None
         self._acc_marks: dict[int, int] = {}
         #: The PSUM view the latest matmul wrote, as (byte offset, shape, strides, mark): all its marks hold that mark
         #: until another matmul writes this storage or a replay clears the marks (None: nothing known).

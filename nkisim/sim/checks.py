@@ -16,6 +16,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import Any
 
 import numba
 import numpy as np
@@ -27,6 +28,7 @@ from nkisim.isa.spec import Access, InstructionSpec, Operands
 from nkisim.memory import ON_CHIP_BUFFERS, Buffer, Storage, Tensor, dtype_name
 from nkisim.memory.dtypes import ConversionLog
 from nkisim.sim.loops import LoopTracker
+from nkisim.sim.plans import Plan, bind
 
 #: The values of ``check=``.
 CHECK_MODES = ("strict", "warn", "off")
@@ -295,17 +297,19 @@ class Checker:
         reads: list[tuple[str, Tensor]],
         writes: list[tuple[str, Tensor]],
         adds: bool | None,
-        build: Callable[[], Operands] | None = None,
+        plan: Plan | None = None,
+        arguments: dict[str, Any] | None = None,
     ) -> None:
         """The checks of one instruction before it runs: its reads, its operands, its loops.
 
         ``adds`` is the spec's ``accumulates`` verdict (True, None: inferred, False). ``ops`` is None when the
-        run has not made the operand model (a shapes-only run of a planned call); ``build`` makes it then.
+        run has not made the operand model (a shapes-only run of a planned call): it is made from ``plan`` and
+        the call's ``arguments`` when a check needs it.
         """
         opcode = spec.qualname
         accumulates = adds is not False
         self._carrying, self._carried_values = None, 0
-        self._uninitialised(opcode, loc, reads, ops, spec, build)
+        self._uninitialised(opcode, loc, reads, ops, spec, plan, arguments)
         if engine is not _DMA_ENGINE:
             legal = self._legal_geometries
             for name, t in (*reads, *writes):
@@ -369,7 +373,8 @@ class Checker:
         reads: list[tuple[str, Tensor]],
         ops: Operands | None,
         spec: InstructionSpec,
-        build: Callable[[], Operands] | None,
+        plan: Plan | None,
+        arguments: dict[str, Any] | None,
     ) -> None:
         """Report the reads of never-written on-chip memory by this instruction's input operands.
 
@@ -395,8 +400,8 @@ class Checker:
                 continue
             if moves is False:
                 if spec.carries is not None and ops is None:
-                    assert build is not None
-                    ops = build()
+                    assert plan is not None and arguments is not None
+                    ops = bind(plan, spec, arguments)
                 moves = spec.carries(ops, self.hw) if spec.carries is not None else None
             if moves is None or operand not in moves.srcs:  # type: ignore[union-attr]
                 self._used(opcode, loc, operand, t, taint)

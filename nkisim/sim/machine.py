@@ -39,7 +39,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
@@ -157,8 +156,9 @@ class Machine:
         self.checker = checker
         #: Plans by call key (nkisim.sim.plans): what each operand geometry decided, for this machine.
         self._plans: dict[tuple[object, ...], Plan] = {}
-        #: The scheduler rows of direct plans' calls by (plan, line, unit): the plan and line kept with the row.
-        self._rows: dict[tuple[int, int, int | None], tuple[Plan, SourceLoc, Row]] = {}
+        #: The scheduler rows of direct plans' calls, by a number made of the plan's and the line's identities: the
+        #: entry keeps the plan, the line and the unit it is for (another call with the same number makes its own).
+        self._rows: dict[int, tuple[Plan, SourceLoc, int | None, Row]] = {}
         #: The latest instruction, issued but not yet placed: the arguments of ``Scheduler.schedule``.
         self._pending: tuple[Any, ...] | None = None
         #: Instructions the pending one must wait for (:meth:`depend`, and its spill refills).
@@ -221,9 +221,17 @@ class Machine:
             adds = plan.adds
             if plan.reads is None or plan.writes is None:
                 tensor_reads, tensor_writes = ops.accessed()
-            else:
-                tensor_reads = [(name, arguments[name]) for name in plan.reads]
-                tensor_writes = [(name, arguments[name]) for name in plan.writes]
+            else:  # the plain arguments, and their regions (one loop: a comprehension is a call)
+                tensor_reads, reads = [], []
+                for name in plan.reads:
+                    t = arguments[name]
+                    tensor_reads.append((name, t))
+                    reads.append(t.region)
+                tensor_writes, writes = [], []
+                for name in plan.writes:
+                    t = arguments[name]
+                    tensor_writes.append((name, t))
+                    writes.append(t.region)
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
         if borrowed:
             self.memory.check_writes(tensor_writes)
@@ -231,8 +239,7 @@ class Machine:
         self._issued += 1
         checker = self.checker
         if checker is not None:
-            build = partial(bind, plan, spec, arguments) if ops is None else None
-            checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes, adds, build)
+            checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes, adds, plan, arguments)
         if self.compute:
             if self.memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
                 self._settle_poison(spec, ops, tensor_reads, tensor_writes)
@@ -241,26 +248,23 @@ class Machine:
             self._execute(spec, ops, engine, loc)
         if checker is not None:
             checker.after(spec, engine, tensor_writes)
-        if plan is not None and plan.reads is not None and spec.extra_accesses is None:
-            # a plan's operands are static views (call_key): their regions are all the instruction accesses
-            reads = [t.region for _, t in tensor_reads]
-            writes = [t.region for _, t in tensor_writes]
-        else:
+        if plan is None or plan.reads is None or plan.writes is None or spec.extra_accesses is not None:
             reads, writes = self._accesses(spec, ops, tensor_reads, tensor_writes)
+        # else a plan's operands are static views (call_key): their regions, above, are all the instruction accesses
         if self.memory.spilled:
             self._spill_traffic(loc, tensor_reads, tensor_writes)
         index = self.scheduler.count
         if plan is not None and plan.direct:  # queued with its site's row, made once
-            known = self._rows.get((id(plan), id(loc), instruction.unit))
-            if known is not None and known[0] is plan and known[1] is loc:
-                row = known[2]
+            unit = instruction.unit
+            row_key = id(plan) + (id(loc) << 1)  # any number: the entry names its plan, line and unit
+            known = self._rows.get(row_key)
+            if known is not None and known[0] is plan and known[1] is loc and known[2] == unit:
+                row = known[3]
             else:
                 assert plan.cost is not None
-                row = self.scheduler.row(
-                    spec.name, engine, plan.cost, loc, len(reads), 0.0, plan.summary, instruction.unit
-                )
+                row = self.scheduler.row(spec.name, engine, plan.cost, loc, len(reads), 0.0, plan.summary, unit)
                 if len(self._rows) < MAX_PLANS:
-                    self._rows[(id(plan), id(loc), instruction.unit)] = (plan, loc, row)
+                    self._rows[row_key] = (plan, loc, unit, row)
             self._pending = (row, reads, writes, setup_region(plan, ops, arguments), loc)
             if self.peer is not None:
                 self.peer.yield_turn()

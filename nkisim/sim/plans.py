@@ -91,9 +91,11 @@ def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | Non
     for name, value in arguments.items():
         cls = value.__class__
         if cls is Tensor:
-            geometry = value.geometry
+            geometry = value._geometry  # worked out once per view (the property's memo)
             if geometry is None:
-                return None
+                geometry = value.geometry
+                if geometry is None:
+                    return None
             append(name)
             append(geometry)
             continue
