@@ -135,7 +135,7 @@ def _check_tile_layouts(system, shapes, dt, memo) -> None:
 @pytest.mark.parametrize("shape", [(128, 64), (128, 196_608), (4, 1 << 20)])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32])
 def test_storage_zeros_are_zero_writable_and_private(shape, dtype):
-    a, b = space.zeros(shape, dtype), space.zeros(shape, dtype)
+    a, b = space.lazy_zeros(shape, dtype), space.lazy_zeros(shape, dtype)
     assert a.shape == shape and a.dtype == dtype and a.flags.writeable and a.flags.c_contiguous
     assert not a.any()
     a[-1, -1] = 7

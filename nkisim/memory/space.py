@@ -56,16 +56,17 @@ ON_CHIP_BUFFERS = frozenset((Buffer.sbuf, Buffer.psum))
 _storage_ids = itertools.count()
 
 
-#: From this many bytes on, :func:`zeros` maps fresh pages instead of asking numpy.
+#: From this many bytes on, :func:`lazy_zeros` maps fresh pages instead of asking numpy.
 LAZY_ZEROS_BYTES = 1 << 20
 
 
-def zeros(shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    """A zero-filled array whose pages the OS zeroes when they are first touched.
+def lazy_zeros(shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """A zero-filled array whose pages the OS zeroes when they are first touched, one small page at a time.
 
     numpy's ``zeros`` of a large array may clear all of it at once (about 0.6 ms for an SBUF's 24 MiB, when the C
     allocator hands back a block freed before), though a run that computes no values touches little of it; an
-    anonymous memory map costs the same whatever the size, and the pages no one touches are never made.
+    anonymous memory map costs the same whatever the size, and the pages no one touches are never made. A run that
+    writes all of it pays more this way (a fault per page), so runs with values keep numpy's zeros.
     """
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     if size < LAZY_ZEROS_BYTES:
@@ -90,11 +91,21 @@ class Storage:
     )
 
     def __init__(
-        self, kind: str, rows: int, row_bytes: int, base_address: int = 0, data: np.ndarray | None = None
+        self,
+        kind: str,
+        rows: int,
+        row_bytes: int,
+        base_address: int = 0,
+        data: np.ndarray | None = None,
+        lazy: bool = False,
     ) -> None:
-        """``data``: existing ``uint8`` bytes of shape ``(rows, row_bytes)`` to stand for the storage (else zeros)."""
+        """``data``: existing ``uint8`` bytes of shape ``(rows, row_bytes)`` to stand for the storage (else zeros).
+
+        ``lazy``: the zeros are made as they are touched (:func:`lazy_zeros`), for a run that touches few of them.
+        """
         self.kind = kind
-        self.bytes = zeros((rows, row_bytes), np.uint8) if data is None else data
+        new = lazy_zeros if lazy else np.zeros
+        self.bytes = new((rows, row_bytes), np.uint8) if data is None else data
         #: The shape of :attr:`bytes`, as plain attributes: read at every view (a property cost ~0.15 us).
         self.rows, self.row_bytes = self.bytes.shape
         #: Where :attr:`bytes` starts in host memory (views find their offset from it).
@@ -104,7 +115,7 @@ class Storage:
         #: PSUM only: per two bytes (a matmul writes float32 or bfloat16 elements, so never half of two bytes), the
         #: :meth:`acc_mark` of the tile whose matmul wrote them last (0: none). Kept narrow and dense: a matmul
         #: reads and writes the marks of all its elements, and one int64 per byte moved eight times the values' bytes.
-        self.acc_flags = zeros((rows, -(-row_bytes // 2)), np.int32) if kind == "psum" else None
+        self.acc_flags = new((rows, -(-row_bytes // 2)), np.int32) if kind == "psum" else None
         self._acc_marks: dict[int, int] = {}
         #: The PSUM view the latest matmul wrote, as (byte offset, shape, strides, mark): all its marks hold that mark
         #: until another matmul writes this storage or a replay clears the marks (None: nothing known).
@@ -213,7 +224,7 @@ class OnChipMemory:
         in the host's memory than the partition: bytes no tile is ever given (:data:`ROW_PAD_BYTES`)."""
         shape = (self.config.partitions, bytes_per_partition + pad)
         data = None if self.zeroed else np.empty(shape, dtype=np.uint8)
-        return Storage(self.name, *shape, data=data)
+        return Storage(self.name, *shape, data=data, lazy=self.zeroed)
 
     @property
     def recording(self) -> bool:
