@@ -163,6 +163,10 @@ def test_views_share_a_geometry_number_exactly_when_their_geometries_are_equal(
     views = []
     for tile in tiles:
         views += [tile, tile[:, 0:32], tile[:, 32:64], tile[0:64, :], tile[64:128, :], tile[:, 0:64:2]]
+    half = np.dtype(np.float32)
+    for address in (None, (64, 4096), None, (64, 8192)):  # whole tiles of one layout at partitions 0 and 64
+        tile = machine.memory.new_tensor((64, 64), half, Buffer.sbuf, address=address)
+        views += [tile, tile[:, 0:32]]
     definitions = [_geometry_by_definition(v) for v in views]
     numbers = [v.geometry for v in views]
     for i in range(len(views)):

@@ -193,6 +193,9 @@ class OnChipMemory:
     zeroed: bool = True
     storage: Storage = field(init=False)
     live: dict[int, Allocation] = field(init=False, default_factory=dict)
+    #: The geometry numbers (``Tensor.geometry``) of whole tiles in :attr:`storage`, kept by the memory system:
+    #: by the identities of their layout and dtype (held in the entry) and their first partition.
+    geometries: dict[tuple[int, int, int], tuple[object, object, int | None]] = field(init=False, default_factory=dict)
     used_bytes: int = field(init=False, default=0)
     peak_bytes: int = field(init=False, default=0)
     #: The index of the next instruction (set by the memory system as instructions are issued).

@@ -252,6 +252,13 @@ class MemorySystem:
         if free_bytes and partitions and len(shape) >= 2:  # what the view properties would work out from the array
             tensor._row_box = (row, row + partitions, offset, offset + free_bytes)
             tensor._region = Region(storage, row, row + partitions, offset, offset + free_bytes)
+            if storage is memory.storage:  # a whole tile's geometry: its layout, dtype, memory and first partition
+                key = (id(layout), id(dtype), row)
+                known = memory.geometries.get(key)
+                if known is not None and known[0] is layout and known[1] is dtype:
+                    tensor._geometry = known[2]
+                elif len(memory.geometries) < MAX_LAYOUTS:
+                    memory.geometries[key] = (layout, dtype, tensor.geometry)
         if alloc.spilled_free >= 0:
             if self.on_spill is not None:
                 self.on_spill(tensor, alloc.spilled_free, loc)
