@@ -309,11 +309,17 @@ class Checker:
         opcode = spec.qualname
         accumulates = adds is not False
         self._carrying, self._carried_values = None, 0
-        self._uninitialised(opcode, loc, reads, ops, spec, plan, arguments)
+        written = self._written_tiles
+        for _, t in reads:
+            if t.uid not in written:  # else every read is of tiles written whole (the usual case: see _taint)
+                self._uninitialised(opcode, loc, reads, ops, spec, plan, arguments)
+                break
         if engine is not _DMA_ENGINE:
             legal = self._legal_geometries
             for name, t in (*reads, *writes):
-                geometry = t.geometry
+                geometry = t._geometry  # the property's memo, read directly
+                if geometry is None:
+                    geometry = t.geometry
                 if geometry is not None and geometry in legal:  # passed before (see _operand_rules)
                     continue
                 if _tracked(t) and not t.is_dynamic:
