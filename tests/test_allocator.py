@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -148,3 +150,15 @@ def test_a_memory_without_poison_starts_zeroed():
     quiet = MemorySystem(hw, poison=False)
     assert not quiet.sbuf.storage.bytes.any() and not quiet.psum.storage.acc_flags.any()
     assert quiet.sbuf.storage.bytes.shape[0] == hw.sbuf.partitions
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_lazy_zeros_are_copied_on_write_in_a_forked_process_as_numpys_are():
+    lazy = space.lazy_zeros((128, 1 << 14), np.uint8)
+    assert lazy.nbytes >= space.LAZY_ZEROS_BYTES
+    child = os.fork()
+    if child == 0:  # the child writes its own copy of the page, then leaves at once
+        lazy[0, 0] = 7
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert lazy[0, 0] == 0

@@ -30,7 +30,7 @@ from nkisim.memory.dtypes import TFLOAT32
 from nkisim.sim import Instruction, Machine
 from nkisim.sim import checks as checks_module
 from nkisim.sim import machine as machine_module
-from nkisim.sim.plans import call_key
+from nkisim.sim.plans import bind, call_key, cost_of
 
 LOC = SourceLoc("kernel.py", 3, "k")
 
@@ -259,3 +259,106 @@ def test_a_lazy_plan_makes_its_operands_when_a_carrier_needs_them(monkeypatch: p
         unplanned = nkisim.profile(_carried_in_a_loop, [((128, 64), "float32")], check="warn")
     assert [d.check for d in planned.diagnostics].count("uninitialized-read") >= 1
     assert _findings(planned) == _findings(unplanned)
+
+
+@nki.jit
+def _edges_across_batches(x):
+    """More than a scheduler batch (1,024) of calls, with depends_on edges and fresh tiles every step."""
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=acc, src=x)
+    previous = None
+    for step in range(400):
+        fresh = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        fill = nisa.memset(dst=fresh, value=1.0, engine=nisa.gpsimd_engine)
+        add = nisa.tensor_tensor(dst=acc, data1=acc, data2=fresh, op=nl.add)
+        if previous is not None and step % 3:
+            add.depends_on(previous)
+        load = nisa.dma_copy(dst=fresh, src=x)
+        if step % 7 == 0:
+            load.depends_on(add, fill)
+        previous = fill
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@nki.jit
+def _gathered_rows(table, index):
+    """Rows gathered by an index tile (a DMA through a run-time offset: no plan) between planned calls."""
+    out = nl.ndarray((128, 64), dtype=table.dtype, buffer=nl.shared_hbm)
+    total = nl.ndarray((128, 64), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=total, value=0.0)
+    for start in range(0, index.shape[0], 128):
+        where = nl.ndarray((128, 1), dtype=index.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=where, src=index[start : start + 128])
+        rows = nl.ndarray((128, 64), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=table.ap([[64, 128], [1, 64]], vector_offset=where, indirect_dim=0))
+        nisa.tensor_tensor(dst=total, data1=total, data2=rows, op=nl.add)
+    nisa.dma_copy(dst=out, src=total)
+    return out
+
+
+@nki.jit
+def _halves(a):
+    """An LNC=2 launch: each core adds one to its half of the rows."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    half = a.shape[0] // 2
+    rows = slice(nl.program_id(0) * half, (nl.program_id(0) + 1) * half)
+    for _ in range(3):
+        tile = nl.ndarray((half, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=a[rows])
+        nisa.tensor_scalar(dst=tile, data=tile, op0=nl.add, operand0=1.0)
+        nisa.dma_copy(dst=out[rows], src=tile)
+    return out
+
+
+def _more_cases() -> list[tuple[object, object, str]]:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 64), dtype=np.float32)
+    table = rng.standard_normal((1024, 64), dtype=np.float32)
+    index = rng.permutation(1024).astype(np.int32).reshape(1024, 1)
+    halves = rng.standard_normal((256, 64), dtype=np.float32)
+    return [
+        (_edges_across_batches, [x], "trn2"),
+        (_gathered_rows, [table, index], "trn2"),
+        (_halves[2], [halves], "trn2"),
+        (
+            matmul_tiled,
+            [rng.standard_normal((256, 256), dtype=np.float32), rng.standard_normal((256, 1024), dtype=np.float32)],
+            "trn1",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("switch", ["MAX_PLANS", "MAX_ROWS_PER_PLAN"])
+def test_more_kernels_run_alike_with_and_without_plans_and_rows(case, switch, monkeypatch: pytest.MonkeyPatch):
+    """With plans and scheduler rows, without plans, and with plans but no kept rows: the same run."""
+    kernel, inputs, target = _more_cases()[case]
+    results = []
+    for limit in (None, 0):
+        if limit is not None:
+            monkeypatch.setattr(machine_module, switch, limit)
+        run = nkisim.run(kernel, inputs, target=target, check="warn")
+        shapes = nkisim.profile(kernel, [(a.shape, a.dtype) for a in inputs], target=target, check="warn")
+        results.append((run.outputs, _records(run.profile), _records(shapes), _findings(run.profile)))
+    (out_a, *rest_a), (out_b, *rest_b) = results
+    for a, b in zip(
+        out_a if isinstance(out_a, tuple) else [out_a], out_b if isinstance(out_b, tuple) else [out_b], strict=True
+    ):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    assert rest_a == rest_b
+    assert len(rest_a[0]) > 10
+
+
+def test_a_plans_cost_takes_the_stationary_tile_of_each_call() -> None:
+    machine = Machine(load_target("trn2"), compute=False)
+    psum = machine.memory.new_tensor((128, 128), np.dtype(np.float32), Buffer.psum)
+    first, second, moving = _tile(machine, (128, 128)), _tile(machine, (128, 128)), _tile(machine, (128, 128))
+    machine.issue(Instruction("nc_matmul", {"dst": psum, "stationary": first, "moving": moving}, LOC))
+    (plan,) = machine._plans.values()
+    assert plan.setup_operand == "stationary" and plan.direct
+    ops = bind(plan, machine.registry["nc_matmul"], {"dst": psum, "stationary": second, "moving": moving})
+    cost = cost_of(plan, ops)
+    assert cost.setup_key == second.region and cost.setup_key != first.region
+    assert cost.busy_ns == plan.cost.busy_ns and cost.setup_ns == plan.cost.setup_ns

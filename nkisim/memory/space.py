@@ -66,12 +66,17 @@ def lazy_zeros(shape: tuple[int, ...], dtype: type) -> np.ndarray:
     numpy's ``zeros`` of a large array may clear all of it at once (about 0.6 ms for an SBUF's 24 MiB, when the C
     allocator hands back a block freed before), though a run that computes no values touches little of it; an
     anonymous memory map costs the same whatever the size, and the pages no one touches are never made. A run that
-    writes all of it pays more this way (a fault per page), so runs with values keep numpy's zeros.
+    writes all of it pays more this way (a fault per page), so runs with values keep numpy's zeros. The map is
+    private, as numpy's memory is: a process forked from this one writes its own copy of a page.
     """
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     if size < LAZY_ZEROS_BYTES:
         return np.zeros(shape, dtype=dtype)
-    return np.frombuffer(mmap.mmap(-1, size), dtype=dtype).reshape(shape)
+    if hasattr(mmap, "MAP_PRIVATE"):
+        pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    else:  # Windows: an anonymous map there belongs to this process alone
+        pages = mmap.mmap(-1, size)
+    return np.frombuffer(pages, dtype=dtype).reshape(shape)
 
 
 class Storage:

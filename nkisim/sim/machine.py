@@ -56,7 +56,7 @@ from nkisim.memory.system import BorrowedInputWritten
 from nkisim.sim.checks import Checker
 from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan, setup_region
 from nkisim.sim.program import Recorder
-from nkisim.sim.scheduler import Row, Scheduler, Timeline
+from nkisim.sim.scheduler import Scheduler, Timeline
 
 #: How many instructions pass between calls of a progress hook.
 PROGRESS_EVERY = 4096
@@ -67,6 +67,9 @@ DEFAULT_MAX_INSTRUCTIONS = 5_000_000
 
 #: How many instructions pass between two looks at the clock for a wall-time budget.
 _CLOCK_EVERY = 256
+
+#: The scheduler rows one plan keeps, one per source line (and unit); calls from further lines make theirs each time.
+MAX_ROWS_PER_PLAN = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +159,6 @@ class Machine:
         self.checker = checker
         #: Plans by call key (nkisim.sim.plans): what each operand geometry decided, for this machine.
         self._plans: dict[tuple[object, ...], Plan] = {}
-        #: The scheduler rows of direct plans' calls, by a number made of the plan's and the line's identities: the
-        #: entry keeps the plan, the line and the unit it is for (another call with the same number makes its own).
-        self._rows: dict[int, tuple[Plan, SourceLoc, int | None, Row]] = {}
         #: The latest instruction, issued but not yet placed: the arguments of ``Scheduler.schedule``.
         self._pending: tuple[Any, ...] | None = None
         #: Instructions the pending one must wait for (:meth:`depend`, and its spill refills).
@@ -256,15 +256,16 @@ class Machine:
         index = self.scheduler.count
         if plan is not None and plan.direct:  # queued with its site's row, made once
             unit = instruction.unit
-            row_key = id(plan) + (id(loc) << 1)  # any number: the entry names its plan, line and unit
-            known = self._rows.get(row_key)
-            if known is not None and known[0] is plan and known[1] is loc and known[2] == unit:
-                row = known[3]
+            rows = plan.rows
+            row_key = id(loc) if unit is None else (id(loc), unit)  # the entry keeps its line: its id is not reused
+            known = rows.get(row_key)
+            if known is not None and known[0] is loc:
+                row = known[1]
             else:
                 assert plan.cost is not None
                 row = self.scheduler.row(spec.name, engine, plan.cost, loc, len(reads), 0.0, plan.summary, unit)
-                if len(self._rows) < MAX_PLANS:
-                    self._rows[row_key] = (plan, loc, unit, row)
+                if len(rows) < MAX_ROWS_PER_PLAN:
+                    rows[row_key] = (loc, row)
             self._pending = (row, reads, writes, setup_region(plan, ops, arguments), loc)
             if self.peer is not None:
                 self.peer.yield_turn()

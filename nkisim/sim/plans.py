@@ -22,12 +22,13 @@ A table belongs to one machine (one core of one run) and holds at most :data:`MA
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import numpy as np
 
+from nkisim.errors import SourceLoc
 from nkisim.hw import Engine
 from nkisim.isa import Cost, InstructionSpec
 from nkisim.isa.ops import Op
@@ -65,6 +66,8 @@ class Plan:
             per site (:meth:`nkisim.sim.scheduler.Scheduler.row`).
         lazy: direct, with a template: nothing but the sanitizer's rare paths needs the call's operand model
             unless the run computes values, so a shapes-only run makes it only when asked.
+        rows: a direct plan's scheduler rows (:meth:`nkisim.sim.scheduler.Scheduler.row`) by source line (and
+            unit), each with its line, kept by the machine that owns the plan.
         pinned: the operator and enum arguments, kept alive so that no other object takes the ids the
             key names them by.
     """
@@ -82,6 +85,7 @@ class Plan:
     direct: bool = False
     lazy: bool = False
     pinned: tuple[object, ...] = ()
+    rows: dict[object, tuple[SourceLoc, tuple[object, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
 
 def call_key(opcode: str, arguments: dict[str, Any]) -> tuple[object, ...] | None:

@@ -139,14 +139,14 @@ class Timeline:
         self.track_id.append(track)
         self.site_id.append(self._site(opcode, source, nbytes, flops, args) if site is None else site)
 
-    def extend(self, times: np.ndarray, indices: np.ndarray, sites: np.ndarray) -> None:
+    def extend(self, times: np.ndarray, indices: np.ndarray, sites: np.ndarray | list[int]) -> None:
         """Add instructions placed together: ``times`` rows of (start, end, busy, wait, ...), ``indices`` rows of
         (producer, pred, track), and their :meth:`site_number` each."""
         for column, values in zip((self.start_ns, self.end_ns, self.busy_ns, self.wait_ns), times.T[:4], strict=True):
             column.frombytes(np.ascontiguousarray(values).tobytes())
         for column, values in zip((self.producer, self.pred, self.track_id), indices.T, strict=True):
             column.frombytes(values.astype(np.int32).tobytes())
-        self.site_id.frombytes(sites.astype(np.int32).tobytes())
+        self.site_id.frombytes(np.asarray(sites, dtype=np.int32).tobytes())
 
     def site_number(self, opcode: str, source: SourceLoc, nbytes: int, flops: float, args: Operands) -> int:
         """The number of the site of these values, made if it is new (see :class:`Site`)."""
