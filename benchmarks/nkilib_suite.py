@@ -15,7 +15,9 @@ families' outcomes, so the whole suite can be run a few families at a time) and 
 suite needs pytest-xdist, pytest-html, fabric2, plotext, aws-embedded-metrics, allpairspy
 and boto3 importable (and pytest-timeout with ``--timeout``); when one is missing the script
 prints the ``pip install`` line to run. Nothing of the suite is installed. ``--no-doc``
-prints the summary without rewriting the document.
+prints the summary without rewriting the document. A run refuses to start with less than ``--min-free-gib`` (20) of free
+disk space: the largest tests write several GiB each (each test's outputs are removed when it ends, and
+those of a test whose worker was killed by the controller).
 
 ``--rerun PATTERN`` (with ``--families``) runs again only the recorded failures and errors of
 those families whose "id: message" matches PATTERN (after a fix, or timeouts with a longer ``--timeout``),
@@ -47,6 +49,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -549,6 +552,26 @@ def write_doc(path: Path = DOC) -> None:
     path.write_text("\n".join(out))
 
 
+#: Free disk space a run starts with at least, by default: the largest tests write several GiB of inputs and
+#: outputs each (removed when they end), and a full disk fails the tests that write next.
+MIN_FREE_GIB = 20
+
+
+def disk_room(checkout: Path, min_free_gib: float) -> str | None:
+    """Why a run should not start for want of disk space, or None."""
+    free = shutil.disk_usage(checkout).free / 2**30
+    if free >= min_free_gib:
+        return None
+    outputs = checkout / "neuron_test_output"
+    left = sum(f.stat().st_size for f in outputs.rglob("*") if f.is_file()) / 2**30 if outputs.is_dir() else 0.0
+    return (
+        f"only {free:.1f} GiB free on the disk of {checkout} (at least {min_free_gib:g} wanted: the largest tests "
+        f"write several GiB each, and a full disk fails the tests that write next); {outputs} holds {left:.1f} GiB "
+        "of test outputs, left by tests whose worker was killed before pruning them: remove what you do not need, "
+        "or pass --min-free-gib 0"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkout", type=Path, nargs="?", help="an aws-neuron/nki-library checkout")
@@ -577,6 +600,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --families: run only the tests of those families not recorded yet (after an interrupted run)",
     )
+    parser.add_argument(
+        "--min-free-gib",
+        type=float,
+        default=MIN_FREE_GIB,
+        help=f"refuse to start with less free disk space than this (default {MIN_FREE_GIB}; 0: no check)",
+    )
     parser.add_argument("--doc-only", action="store_true", help="rewrite the document from recorded results")
     parser.add_argument("--no-doc", action="store_true", help="print the summary only; leave the document as it is")
     args = parser.parse_args(argv)
@@ -586,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
         families = [f for f in args.families.split(",") if f]
         if (args.rerun or args.resume) and not families:
             parser.error("--rerun and --resume need --families")
+        short = disk_room(args.checkout, args.min_free_gib)
+        if short is not None:
+            parser.error(short)
         for target in args.target.split(","):
             record = run_suite(
                 args.checkout.resolve(),

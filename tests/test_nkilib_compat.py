@@ -396,6 +396,34 @@ def test_pruning_removes_passing_outputs_or_every_output(pytester: pytest.Pytest
     assert {p.name for p in (pytester.path / "outputs").iterdir()} == kept
 
 
+_CRASHING_TEST = """
+import os
+from pathlib import Path
+
+def test_killed():
+    path = Path("outputs") / "out-test_killed"
+    path.mkdir(parents=True)
+    (path / "golden.bin").write_bytes(b"x" * 64)
+    os._exit(9)  # as the OOM killer ends a worker: no teardown
+"""
+
+
+@pytest.mark.parametrize(("option", "kept"), [("artifacts", {"out-test_killed"}), ("all-artifacts", set())])
+def test_a_killed_workers_test_outputs_are_removed_with_all_artifacts(
+    pytester: pytest.Pytester, option: str, kept: set[str]
+):
+    pytester.mkpydir("test")
+    pytester.mkpydir("test/utils")
+    (pytester.path / "test" / "utils" / "feature_flag_helper.py").write_text(_OUTPUT_HELPER)
+    pytester.makepyfile(test_crash=_CRASHING_TEST)
+    result = pytester.runpytest_subprocess(
+        "-p", "nkisim.compat.nkilib", "-p", "no:cacheprovider", "-n", "1", f"--nkisim-prune-{option}", "test_crash.py"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*crashed while running*test_killed*"])
+    assert {p.name for p in (pytester.path / "outputs").iterdir()} == kept
+
+
 # -- NKI 0.3 behaviour nkisim gained for the suite --------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 from collections import Counter
@@ -329,3 +330,19 @@ def test_a_whole_run_at_once_names_its_worker_count_and_whether_it_was_stopped(t
     text = doc.read_text()
     assert "Wall time (2 cores, `-n 1`, interrupted): 9.0 s for every family at nki-library commit abc1234." in text
     assert "Wall time (2 cores, `-n 2`): 5.0 s for every family at nki-library commit abc1234." in text
+
+
+def test_a_run_refuses_to_start_on_a_nearly_full_disk_and_names_the_outputs_left_behind(tmp_path, monkeypatch, capsys):
+    left = tmp_path / "neuron_test_output" / "out-test_killed"
+    left.mkdir(parents=True)
+    (left / "golden.bin").write_bytes(b"x" * 4096)
+    (tmp_path / "test" / "integration").mkdir(parents=True)
+    usage = type(shutil.disk_usage(tmp_path))
+    monkeypatch.setattr(suite.shutil, "disk_usage", lambda path: usage(100 * 2**30, 95 * 2**30, 5 * 2**30))
+    assert suite.disk_room(tmp_path, 4) is None
+    message = suite.disk_room(tmp_path, 20)
+    assert message.startswith(f"only 5.0 GiB free on the disk of {tmp_path} (at least 20 wanted")
+    assert f"{tmp_path / 'neuron_test_output'} holds 0.0 GiB" in message and "--min-free-gib 0" in message
+    with pytest.raises(SystemExit):
+        suite.main([str(tmp_path), "--min-free-gib", "20", "--no-doc"])
+    assert "only 5.0 GiB free" in capsys.readouterr().err

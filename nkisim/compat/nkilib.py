@@ -357,10 +357,20 @@ def pytest_runtest_teardown(item: pytest.Item) -> Any:
     if getattr(options, "nkisim_prune_all_artifacts", False) or (
         getattr(options, "nkisim_prune_artifacts", False) and item.stash.get(_PASSED, False)
     ):
-        _remove_test_output(item)
+        _remove_test_output(item.nodeid, item.config)
 
 
-def _remove_test_output(item: pytest.Item) -> None:
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+    """A test whose pytest-xdist worker died (the OOM killer) is never torn down: with
+    ``--nkisim-prune-all-artifacts`` remove its outputs here, in the controller, as teardown would have. The
+    largest tests write several GiB each, and a long run's crashes filled a disk."""
+    config = sched.config
+    if getattr(config.option, "nkisim_prune_all_artifacts", False):
+        _remove_test_output(crashitem, config)
+
+
+def _remove_test_output(nodeid: str, config: pytest.Config) -> None:
     """Remove a test's output directory, named by the suite's own helper (which reads PYTEST_CURRENT_TEST)."""
     try:
         from test.utils.feature_flag_helper import (  # type: ignore[import-not-found]
@@ -370,7 +380,7 @@ def _remove_test_output(item: pytest.Item) -> None:
     except ImportError:
         return
     saved = os.environ.get("PYTEST_CURRENT_TEST")
-    os.environ["PYTEST_CURRENT_TEST"] = f"{item.nodeid} (teardown)"
+    os.environ["PYTEST_CURRENT_TEST"] = f"{nodeid} (teardown)"
     try:
         name = construct_test_output_directory_name()
     finally:
@@ -378,7 +388,7 @@ def _remove_test_output(item: pytest.Item) -> None:
             del os.environ["PYTEST_CURRENT_TEST"]
         else:
             os.environ["PYTEST_CURRENT_TEST"] = saved
-    shutil.rmtree(Path(resolve_base_output_directory(item.config)) / name, ignore_errors=True)
+    shutil.rmtree(Path(resolve_base_output_directory(config)) / name, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
