@@ -72,6 +72,8 @@ ROWS, ROW_BYTES = 3, 300
 
 @st.composite
 def regions(draw, storage: Storage) -> Region:
+    if draw(st.integers(0, 4)) == 0:  # all of the storage, as a DMA through a run-time offset: the whole-grid summary
+        return Region(storage, 0, storage.rows, 0, storage.row_bytes)
     if draw(st.booleans()):  # every row, as a tile over all partitions: the columns a summary holds
         r0, r1 = 0, storage.rows
     else:
@@ -195,22 +197,39 @@ def test_tracker_matches_the_reference_over_short_and_tall_storages_and_a_growin
             reference.commit(reads, writes, end, index, track, end + 7.0)
 
 
-def _summaries(tracker: AccessTracker, g: int) -> np.ndarray:
-    """Grid ``g``'s summary codes, [map, column, block of rows] (deps._CELLS: the block's cells hold its records)."""
+def _block_summaries(tracker: AccessTracker, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """Grid ``g``'s block summary codes as stored, [map, column, block of rows], and its two whole-grid codes."""
     rows, cols = int(tracker._grids[g, 1]), int(tracker._grids[g, 2])
     offset, shift = int(tracker._grids[g, 5]), int(tracker._grids[g, 6])
-    blocks = (rows - 1 >> shift) + 1
-    return tracker._sum_codes[offset : offset + 2 * cols * blocks].reshape(2, cols, blocks)
+    size = 2 * cols * ((rows - 1 >> shift) + 1)
+    return tracker._sum_codes[offset : offset + size].reshape(2, cols, -1), tracker._sum_codes[offset + size :][:2]
+
+
+def _summaries(tracker: AccessTracker, g: int) -> np.ndarray:
+    """Grid ``g``'s summary codes in effect, [map, column, block of rows] (deps._CELLS: the block's cells hold its
+    records): a map's whole-grid summary, while it holds, stands for every block's."""
+    blocks, whole = _block_summaries(tracker, g)
+    codes = blocks.copy()
+    for m in (deps.WRITES, deps.READS):
+        if whole[m] != deps._CELLS:
+            codes[m] = whole[m]
+    return codes
 
 
 def _dirty_summarised_columns(tracker: AccessTracker, code: int = 1) -> None:
-    """Garbage in the cells of every summarised block (never cleared: only a block's summary counts)."""
+    """Garbage in the cells of every summarised block, and in the block summaries of a map whose whole-grid
+    summary holds (never cleared: only the summary in effect counts)."""
     for g in range(len(tracker._grid_of)):
         offset, rows, cols = (int(v) for v in tracker._grids[g, :3])
         cells_codes = tracker._codes[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
         cells_ends = tracker._ends[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
         rows_per_block = 1 << int(tracker._grids[g, 6])
-        summarised = np.repeat(_summaries(tracker, g) != deps._CELLS, rows_per_block, axis=2)[:, :, :rows]
+        blocks, whole = _block_summaries(tracker, g)
+        summarised = np.repeat(blocks != deps._CELLS, rows_per_block, axis=2)[:, :, :rows]
+        for m in (deps.WRITES, deps.READS):
+            if whole[m] != deps._CELLS:
+                summarised[m] = True
+                blocks[m] = code
         cells_ends[summarised] = 1e9
         cells_codes[summarised] = code  # "written by instruction 0", were it read
 

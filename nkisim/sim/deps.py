@@ -22,9 +22,12 @@ partitions and few cells). A block of 32 rows of a column that holds one record,
 case (tiles span 32, 64 or 128 partitions), keeps it in a *summary* instead of its cells: it
 is checked or recorded in one step, and a new storage needs no clearing, as every block starts
 as the summary "no record". An access to some rows of a summarised block first writes the
-summary to its cells. The cell loops are compiled with numba, and one compiled call answers (or
-records) all of an instruction's regions. :class:`nkisim.sim.tracker.AccessTracker` holds the maps and
-calls them.
+summary to its cells. Above the blocks, each map of a grid has a *whole-grid summary*: while every byte of
+the map holds one record (a new storage, or a tensor only ever accessed whole, as a DMA through a run-time
+offset accesses it), that record answers in one step however many cells the grid has; an access to part of
+the grid first gives every block summary that record. The cell loops are compiled with numba, and one
+compiled call answers (or records) all of an instruction's regions. :class:`nkisim.sim.tracker.AccessTracker`
+holds the maps and calls them.
 """
 
 from __future__ import annotations
@@ -492,6 +495,28 @@ def _summaries(sum_ends: np.ndarray, sum_codes: np.ndarray, grids: np.ndarray, g
 
 
 @numba.njit(cache=True, nogil=True)
+def _whole(grids: np.ndarray, g: int) -> int:
+    """Where grid ``g``'s two whole-grid summaries (one per map) are, after its block summaries."""
+    return grids[g, 5] + 2 * grids[g, 2] * (((grids[g, 1] - 1) >> grids[g, 6]) + 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_whole(
+    sum_ends: np.ndarray, sum_codes: np.ndarray, at: int, r0: int, r1: int, b0: int, b1: int, tracks: np.ndarray,
+    track: int, sync_ns: float,
+) -> tuple[float, int]:  # fmt: skip
+    """:func:`_scan` of a map whose every byte holds the record of its whole-grid summary ``at``."""
+    code = sum_codes[at]
+    if r1 <= r0 or b1 <= b0 or code == 0:
+        return -1.0, -1
+    producer = code - 1
+    t = sum_ends[at]
+    if tracks[producer] != track:
+        t += sync_ns
+    return t, producer
+
+
+@numba.njit(cache=True, nogil=True)
 def _bounds(grids: np.ndarray, regions: np.ndarray, k: int) -> tuple[int, int, int, int]:
     """Region ``k``'s rows and bytes, clamped to its storage (the cell loops do no bounds checks)."""
     g = regions[k, 0]
@@ -524,6 +549,7 @@ def _ready_all(
     g = regions[0, 0] if n_reads + n_writes else 0
     e, c = _maps(ends, codes, grids, g)  # made again only when a region is on another grid (a reshape is not free)
     se, sc = _summaries(sum_ends, sum_codes, grids, g)
+    w = _whole(grids, g)
     for k in range(n_reads + n_writes):
         if k == n_reads:
             best_reads, who_reads = best, who
@@ -531,17 +557,16 @@ def _ready_all(
             g = regions[k, 0]
             e, c = _maps(ends, codes, grids, g)
             se, sc = _summaries(sum_ends, sum_codes, grids, g)
+            w = _whole(grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
-        t, producer = _scan(
-            e, c, se, sc, grids[g, 6], WRITES, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns
-        )
-        if t > best:  # an earlier region wins a tie
-            best, who = t, producer
-        if k >= n_reads:
-            t, producer = _scan(
-                e, c, se, sc, grids[g, 6], READS, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns
-            )
-            if t > best:
+        for m in range(2 if k >= n_reads else 1):  # WRITES, then for a write READS
+            if sum_codes[w + m] != _CELLS:  # one record in the whole map
+                t, producer = _scan_whole(sum_ends, sum_codes, w + m, r0, r1, b0, b1, tracks, track, sync_ns)
+            else:
+                t, producer = _scan(
+                    e, c, se, sc, grids[g, 6], m, pool, grids[g, 3], r0, r1, b0, b1, tracks, track, sync_ns
+                )
+            if t > best:  # an earlier region wins a tie
                 best, who = t, producer
     if n_writes == 0:
         best_reads, who_reads = best, who
@@ -574,14 +599,31 @@ def _commit_all(
     g = regions[first, 0]
     e, c = _maps(ends, codes, grids, g)  # made again only when a region is on another grid
     se, sc = _summaries(sum_ends, sum_codes, grids, g)
+    w = _whole(grids, g)
     for k in range(first, n_reads + n_writes):
         if regions[k, 0] != g:
             g = regions[k, 0]
             e, c = _maps(ends, codes, grids, g)
             se, sc = _summaries(sum_ends, sum_codes, grids, g)
+            w = _whole(grids, g)
         r0, r1, b0, b1 = _bounds(grids, regions, k)
+        if r1 <= r0 or b1 <= b0:
+            continue
         m, at = (READS, end) if k < n_reads else (WRITES, visible)
+        covers = r0 == 0 and r1 == grids[g, 1] and b0 == 0 and b1 == grids[g, 4]
+        if sum_codes[w + m] != _CELLS:  # one record in the whole map
+            if covers:  # stays one record: a write replaces it, a read keeps a later end
+                if m == WRITES or sum_ends[w + m] < at:
+                    sum_ends[w + m] = at
+                    sum_codes[w + m] = ident
+                continue
+            sc[m] = sum_codes[w + m]  # the blocks hold it now (their cells are written before they are read)
+            se[m] = sum_ends[w + m]
+            sum_codes[w + m] = _CELLS
         status = _assign(e, c, se, sc, grids[g, 6], m, pool, grids[g, 3], grids[g, 4], r0, r1, b0, b1, at, ident)
         if status != _DONE:
             return status, k
+        if covers and m == WRITES:  # every byte of the map holds this write's record now
+            sum_ends[w + m] = at
+            sum_codes[w + m] = ident
     return _DONE, -1

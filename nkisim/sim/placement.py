@@ -25,7 +25,7 @@ from nkisim.sim.deps import _DONE, _commit_all, _ready_all
 #: :func:`place_batch` with the dependency scans of ``deps.py`` compiled into it, but invalidates that cache
 #: only when this file changes; ``tests/test_placement.py`` fails until this is brought up to date after a change
 #: to ``deps.py``, so that both files change together and no stale cache outlives the change.
-DEPS_SHA256 = "794b666114452b32a533a247e0237062d1293c39799625971de61a53ac8f3a8e"
+DEPS_SHA256 = "b6302ed202341f96ac0d9224b66f319f403a783a3bd64f8222b191069a2373af"
 
 # PlacementState.scalars (float64)
 LOAD_STATIONARY_FREE, MATMUL_START = 0, 1

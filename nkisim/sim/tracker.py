@@ -82,7 +82,7 @@ class AccessTracker:
             codes[: self._used] = self._codes[: self._used]
             self._ends, self._codes = ends, codes
         shift = BLOCK_SHIFT
-        summaries = 2 * cols * (((rows - 1) >> shift) + 1)
+        summaries = 2 * cols * (((rows - 1) >> shift) + 1) + 2  # the blocks', then the whole grid's (deps._whole)
         if self._sums_used + summaries > len(self._sum_ends):
             capacity = max(self._sums_used + summaries, 2 * len(self._sum_ends))
             sum_ends, sum_codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
@@ -90,7 +90,7 @@ class AccessTracker:
             sum_codes[: self._sums_used] = self._sum_codes[: self._sums_used]
             self._sum_ends, self._sum_codes = sum_ends, sum_codes
         self._sum_ends[self._sums_used : self._sums_used + summaries] = 0.0
-        self._sum_codes[self._sums_used : self._sums_used + summaries] = 0  # every block: no record
+        self._sum_codes[self._sums_used : self._sums_used + summaries] = 0  # every block and the grid: no record
         self._grids[g] = (self._used, rows, cols, granule, row_bytes, self._sums_used, shift)
         self._used += size
         self._sums_used += summaries
@@ -201,5 +201,7 @@ class AccessTracker:
         codes = self._codes[offset : offset + 2 * rows * cols].reshape(2, cols, rows)
         blocks = ((rows - 1) >> shift) + 1
         held = self._sum_codes[summaries : summaries + 2 * cols * blocks].reshape(2, cols, blocks) == _CELLS
+        whole = self._sum_codes[summaries + 2 * cols * blocks : summaries + 2 * cols * blocks + 2]
+        held[whole != _CELLS] = False  # a map whose whole-grid summary holds: every block and cell stale
         own = np.repeat(held, 1 << shift, axis=2)[:, :, :rows]  # the rows of summarised blocks: stale cells
         return int(np.count_nonzero(codes[own] < 0))
