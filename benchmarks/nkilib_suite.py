@@ -416,7 +416,7 @@ def _run_text(run: dict) -> str:
     return f"{', '.join(run['families'])} ({', '.join(notes)})"
 
 
-VERDICTS = ("suite", "memory", "timeout", "unmodelled", "nkisim", "untriaged")
+VERDICTS = ("suite", "memory", "disk", "timeout", "unmodelled", "nkisim", "untriaged")
 
 
 def verdict_counts(rows: list[dict[str, str]]) -> Counter:
@@ -532,8 +532,8 @@ def write_doc(path: Path = DOC) -> None:
         "",
         "Verdicts: **nkisim** (nkisim is wrong), **unmodelled** (the kernel relies on something nkisim does",
         "not model yet), **suite** (the test or its reference is broken), **timeout** (slower than the",
-        "per-test limit), **memory** (the machine ran out of memory), **untriaged** (not yet diagnosed; the",
-        "message is shown).",
+        "per-test limit), **memory** (the machine ran out of memory), **disk** (the machine's disk was full),",
+        "**untriaged** (not yet diagnosed; the message is shown).",
         "",
     ]
     for record in records:

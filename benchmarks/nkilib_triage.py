@@ -31,9 +31,17 @@ SKIP_REASONS: list[tuple[str, str]] = [
 
 #: (pattern on "test id: message", verdict, why). Verdicts: "nkisim" (nkisim is wrong: fixed or to fix),
 #: "unmodelled" (the kernel relies on something nkisim does not model yet), "suite" (the test or its
-#: reference is broken), "timeout" (slower than --timeout), "memory" (the machine ran out of memory).
-#: First match wins.
+#: reference is broken), "timeout" (slower than --timeout), "memory" (the machine ran out of memory), "disk" (the
+#: machine's disk was full). First match wins.
 TRIAGE: list[tuple[str, str, str]] = [
+    (
+        r"No space left on device",
+        "disk",
+        "the disk was full when the test wrote its inputs and outputs: 73 GiB of outputs left by earlier tests whose "
+        "xdist worker the OOM killer had ended, which teardown never removed. They are removed now, the plugin "
+        "removes a killed test's outputs itself, and nkilib_suite.py refuses to start with less than 20 GiB free; "
+        "not a result of nkisim's. To be run again",
+    ),
     (
         r"which needs trn2 or trn3|needs NeuronCore-v3 or newer|needs \w+, which trn2 "
         r"|exceed the 196608 bytes of a SBUF partition",

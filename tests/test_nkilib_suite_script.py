@@ -77,8 +77,8 @@ def test_the_summary_gives_the_rate_with_and_without_the_suites_own_failures(mon
     header = next(line for line in lines if line.startswith("| target"))
     trn2, trn3 = (next(line for line in lines if line.startswith(f"| {t} ")) for t in ("trn2", "trn3"))
     # 10 recorded; 7 of 9 run pass (77.7%, rounded down); without the suite failure 7 of 8 (87.5%)
-    assert trn2 == f"| trn2 | all | 10 of {suite.SUITE_TESTS:,} | 7 | 2 | 77.7% | 87.5% | 1 | 0 | 0 | 0 | 0 | 1 |"
-    assert trn3 == "| trn3 | fast | 1 | 0 | 0 | - | - | 0 | 0 | 0 | 0 | 0 | 0 |"  # nothing run: no rate
+    assert trn2 == f"| trn2 | all | 10 of {suite.SUITE_TESTS:,} | 7 | 2 | 77.7% | 87.5% | 1 | 0 | 0 | 0 | 0 | 0 | 1 |"
+    assert trn3 == "| trn3 | fast | 1 | 0 | 0 | - | - | 0 | 0 | 0 | 0 | 0 | 0 | 0 |"  # nothing run: no rate
     assert header.count("|") == trn2.count("|") == trn3.count("|")
 
 
@@ -346,3 +346,12 @@ def test_a_run_refuses_to_start_on_a_nearly_full_disk_and_names_the_outputs_left
     with pytest.raises(SystemExit):
         suite.main([str(tmp_path), "--min-free-gib", "20", "--no-doc"])
     assert "only 5.0 GiB free" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_its_own_verdict():
+    row = {
+        "id": "integration.nkilib.experimental.loss.t.T::test_a[x]",
+        "message": "OSError: [Errno 28] No space left on device",
+    }
+    assert suite.triage(row)[0] == "disk"
+    assert "disk" in suite.VERDICTS
