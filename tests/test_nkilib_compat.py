@@ -412,6 +412,7 @@ def test_killed():
 def test_a_killed_workers_test_outputs_are_removed_with_all_artifacts(
     pytester: pytest.Pytester, option: str, kept: set[str]
 ):
+    pytest.importorskip("xdist")  # a worker to lose: the suite's runs use pytest-xdist (benchmarks/nkilib_suite.py)
     pytester.mkpydir("test")
     pytester.mkpydir("test/utils")
     (pytester.path / "test" / "utils" / "feature_flag_helper.py").write_text(_OUTPUT_HELPER)
