@@ -216,7 +216,6 @@ def cost_of(plan: Plan, ops: Any) -> Cost:
     assert cost is not None
     if plan.setup_operand is None:
         return cost
-    setup = getattr(ops, plan.setup_operand)
     return Cost(
         cost.busy_ns,
         cost.latency_ns,
@@ -224,7 +223,7 @@ def cost_of(plan: Plan, ops: Any) -> Cost:
         cost.bytes,
         cost.flops,
         cost.setup_ns,
-        setup.region,
+        getattr(ops, plan.setup_operand).region,
         cost.table,
         cost.dma_engines,
     )

@@ -63,6 +63,12 @@ Row = tuple[int, int, int, int, int, int, int, float, float, float, float]
 _INTS = 7
 
 
+def _stationary(cost: Cost) -> Region | None:
+    """The region a cost names as its stationary tile (``setup_key``), if it is one."""
+    key = cost.setup_key
+    return key if isinstance(key, Region) else None
+
+
 class Scheduler:
     """Assigns each instruction, in program order, a start and end time.
 
@@ -205,8 +211,7 @@ class Scheduler:
         lists instructions it waits for besides its data producers (``depends_on`` edges).
         """
         row = self.row(opcode, engine, cost, source, len(reads), not_before, args, unit)
-        key = cost.setup_key
-        return self.queue(row, reads, writes, key if isinstance(key, Region) else None, after)
+        return self.queue(row, reads, writes, _stationary(cost), after)
 
     def row(
         self,
@@ -258,8 +263,7 @@ class Scheduler:
         """
         site = self._timeline.site_number(opcode, source, cost.bytes, cost.flops, ())
         row = self._row(self._queues, Engine.dma.value, cost, site, len(reads), 0.0)
-        key = cost.setup_key
-        return self.queue(row, reads, writes, key if isinstance(key, Region) else None, after)
+        return self.queue(row, reads, writes, _stationary(cost), after)
 
     def queue(
         self, row: Row, reads: list[Region], writes: list[Region], setup: Region | None, after: Sequence[int]
