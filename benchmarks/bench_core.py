@@ -75,6 +75,29 @@ def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+class _Probe:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: int, b: int) -> None:
+        self.a = a
+        self.b = b
+
+
+def python_reference() -> float:
+    """Seconds for a million calls that each make a small object and look it up in a dict: plain interpreter work,
+    what most of a simulated instruction's overhead is made of. It tells machines apart: the per-instruction rates
+    of two machines compare in proportion to it (numpy's tile loops give the ratios their own floor)."""
+    table: dict[int, _Probe] = {}
+
+    def step(i: int) -> None:
+        table[i & 1023] = _Probe(i, i + 1)
+
+    start = CLOCK()
+    for i in range(1_000_000):
+        step(i)
+    return CLOCK() - start
+
+
 def add_loop(a: np.ndarray, b: np.ndarray, tile: tuple[int, int] = (128, 512)) -> np.ndarray:
     """``a + b`` by a numpy loop over the kernel's 128x512 tiles."""
     out = np.empty_like(a)
@@ -202,6 +225,8 @@ def main() -> None:
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     print(f"clock: {args.clock} time (median of {args.repeat} runs after a warm-up)")
+    reference_s = min(python_reference() for _ in range(3))
+    print(f"host: 1M Python calls making a small object take {reference_s * 1e3:.0f} ms (the interpreter's speed here)")
     rng = np.random.default_rng(0)
     print(
         f"{'workload':<36}{'nkisim ms':>10}{'numpy ms':>10}{'ratio':>9}{'loop ms':>9}{'/loop':>8}{'instrs':>8}"

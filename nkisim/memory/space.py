@@ -271,10 +271,20 @@ class OnChipMemory:
         if self.plan is None and not self._placed_live:  # the usual case: the live automatic tiles are all in the way
             serial = next(self._serials)
             obstacles = self._auto_ranges
+            offset = self._next_fit(size, obstacles)
+            if offset is not None:  # what _add does for an automatic tile, without the call: this runs at every tile
+                self._cursor = offset + size
+                alloc = Allocation(offset, size, partitions, what, loc, 0, next(self._handles), False, serial)
+                self.live[alloc.handle] = alloc
+                bisect.insort(obstacles, (offset, offset + size))
+                used = self.used_bytes = self.used_bytes + size
+                if used > self.peak_bytes:
+                    self.peak_bytes = used
+                return alloc
         else:
             serial = self._begin(what, None)
             obstacles = self._obstacles(serial, partitions)
-        offset = self._next_fit(size, obstacles)
+            offset = self._next_fit(size, obstacles)
         if offset is None:
             if self.spills:
                 free = sum(self._free_ranges(obstacles))
@@ -412,11 +422,11 @@ class OnChipMemory:
         for start, end in obstacles:
             if end <= cursor:
                 continue
-            candidate = self._place(cursor, size, bank)
+            candidate = cursor if bank is None else self._place(cursor, size, bank)
             if candidate + size <= start:
                 return candidate
             cursor = max(cursor, -(-end // align) * align)
-        candidate = self._place(cursor, size, bank)
+        candidate = cursor if bank is None else self._place(cursor, size, bank)
         return candidate if candidate + size <= self._end else None
 
     @staticmethod

@@ -251,7 +251,8 @@ class MemorySystem:
         tensor = Tensor(array, dtype, buffer, name, storage, None, start)
         if free_bytes and partitions and len(shape) >= 2:  # what the view properties would work out from the array
             tensor._row_box = (row, row + partitions, offset, offset + free_bytes)
-            tensor._region = Region(storage, row, row + partitions, offset, offset + free_bytes)
+            # the tuple made directly: a named tuple's __new__ is a Python call, half the cost of the region
+            tensor._region = _new_tuple(Region, (storage, row, row + partitions, offset, offset + free_bytes))
             if storage is memory.storage:  # a whole tile's geometry: its layout, dtype, memory and first partition
                 key = (id(layout), id(dtype), row)
                 known = memory.geometries.get(key)
@@ -391,6 +392,9 @@ def _check_address(
             loc=loc,
         )
     return row, col
+
+
+_new_tuple = tuple.__new__
 
 
 def _tile_layout(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, int, tuple[int, ...]]:
