@@ -157,7 +157,7 @@ class Tensor:
             for item, stride in zip(key, array.strides):
                 start += (item.start if item.__class__ is slice else item) * stride
         result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self, start)
-        if len(key) == 2 and view.size:
+        if len(key) <= 2 and view.size:
             box = self.row_box
             if box is not None:
                 _take_block_box(result, box, key)
@@ -360,14 +360,23 @@ class Tensor:
 
 
 def _take_block_box(view: Tensor, box: tuple[int, int, int, int], key: tuple[Any, ...]) -> None:
-    """Give ``view``, the block ``key`` (two unit-step slices) of a view whose bytes are the box ``box``,
-    its own box and region without working them out from its array (what :func:`row_box_of` would find)."""
-    rows, cols = key
-    if rows.__class__ is not slice or cols.__class__ is not slice or rows.step != 1 or cols.step != 1:
+    """Give ``view``, the block ``key`` (one or two unit-step slices: a range of rows, then one of dim 1 with
+    every later dim whole) of a view whose bytes are the box ``box``, its own box and region without working
+    them out from its array (what :func:`row_box_of` would find)."""
+    rows = key[0]
+    if rows.__class__ is not slice or rows.step != 1:
         return
-    itemsize = view.array.itemsize
-    r0, b0 = box[0], box[2]
-    view._row_box = block = (r0 + rows.start, r0 + rows.stop, b0 + cols.start * itemsize, b0 + cols.stop * itemsize)
+    r0, r1 = box[0] + rows.start, box[0] + rows.stop
+    if len(key) == 1:
+        block = (r0, r1, box[2], box[3])
+    else:
+        cols = key[1]
+        if cols.__class__ is not slice or cols.step != 1:
+            return
+        # a box's free dims are in C order: an index of dim 1 moves by every later dim's bytes
+        step = view.array.itemsize * math.prod(view.array.shape[2:])
+        block = (r0, r1, box[2] + cols.start * step, box[2] + cols.stop * step)
+    view._row_box = block
     view._region = Region(view.storage, *block)
 
 
