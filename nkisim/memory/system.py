@@ -21,7 +21,7 @@ from nkisim.hw import HwConfig
 from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import ON_CHIP_BUFFERS, Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
-from nkisim.memory.views import Region
+from nkisim.memory.views import Region, new_region
 
 
 class MemoryRecorder(Protocol):
@@ -251,8 +251,7 @@ class MemorySystem:
         tensor = Tensor(array, dtype, buffer, name, storage, None, start)
         if free_bytes and partitions and len(shape) >= 2:  # what the view properties would work out from the array
             tensor._row_box = (row, row + partitions, offset, offset + free_bytes)
-            # the tuple made directly: a named tuple's __new__ is a Python call, half the cost of the region
-            tensor._region = _new_tuple(Region, (storage, row, row + partitions, offset, offset + free_bytes))
+            tensor._region = new_region(Region, (storage, row, row + partitions, offset, offset + free_bytes))
             if storage is memory.storage:  # a whole tile's geometry: its layout, dtype, memory and first partition
                 key = (id(layout), id(dtype), row)
                 known = memory.geometries.get(key)
@@ -392,9 +391,6 @@ def _check_address(
             loc=loc,
         )
     return row, col
-
-
-_new_tuple = tuple.__new__
 
 
 def _tile_layout(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, int, tuple[int, ...]]:

@@ -28,8 +28,8 @@ from nkisim.memory.pattern import (
     row_box_of,
     strided,
 )
-from nkisim.memory.space import Buffer, Storage
-from nkisim.memory.views import DynSlice, Region, check_slice, region_of
+from nkisim.memory.space import ON_CHIP_BUFFERS, Buffer, Storage
+from nkisim.memory.views import DynSlice, Region, check_slice, new_region, region_of
 
 _tensor_ids = itertools.count(1)
 
@@ -144,24 +144,27 @@ class Tensor:
     # -- views -------------------------------------------------------------------------
 
     def __getitem__(self, index: Any) -> Tensor:
-        self.raise_defect()
+        if self.defect is not None:
+            raise self.defect
         key = self._normalise_index(index)
         array = self.array
         view = array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
-        if self.buffer.is_on_chip:
+        buffer = self.buffer
+        if buffer in ON_CHIP_BUFFERS:
             while view.ndim < 2:
                 view = view[..., np.newaxis]
         start = None
-        if view.size:  # where element 0 of the view is: this view's first index along each dim
+        size = view.size
+        if size:  # where element 0 of the view is: this view's first index along each dim
             start = self.byte_offset
             for item, stride in zip(key, array.strides):
                 start += (item.start if item.__class__ is slice else item) * stride
-        result = Tensor(view, self.dtype, self.buffer, self.name, self.storage, self._base or self, start)
-        if len(key) <= 2 and view.size:
+        result = Tensor(view, self.dtype, buffer, self.name, self.storage, self._base or self, start)
+        if len(key) <= 2 and size:
             box = self.row_box
             if box is not None:
                 _take_block_box(result, box, key)
-        if view.size == 0:
+        if size == 0:
             empty = view.shape.index(0)
             result.defect = BoundsError(f"slice selects no elements of dim {empty} of {self!r}")
         return result
@@ -377,7 +380,7 @@ def _take_block_box(view: Tensor, box: tuple[int, int, int, int], key: tuple[Any
         step = view.array.itemsize * math.prod(view.array.shape[2:])
         block = (r0, r1, box[2] + cols.start * step, box[2] + cols.stop * step)
     view._row_box = block
-    view._region = Region(view.storage, *block)
+    view._region = new_region(Region, (view.storage, *block))
 
 
 def _defective(layout: Layout, pairs: Sequence[tuple[int, int]], error: BoundsError) -> Tensor:

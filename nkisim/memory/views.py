@@ -26,6 +26,11 @@ class Region(NamedTuple):
     b1: int
 
 
+#: ``new_region(Region, (storage, r0, r1, b0, b1))`` makes a region without the named tuple's ``__new__``, a Python
+#: call that is half the cost of a new tile's or block's region.
+new_region = tuple.__new__
+
+
 class DynSlice:
     """``nl.ds(start, size)``: the slice ``start:start + size``."""
 

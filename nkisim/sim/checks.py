@@ -311,7 +311,8 @@ class Checker:
         self._carrying, self._carried_values = None, 0
         written = self._written_tiles
         for _, t in reads:
-            if t.uid not in written:  # else every read is of tiles written whole (the usual case: see _taint)
+            # else every read is of tiles written whole (the usual case: see _taint), or of HBM, which is not tracked
+            if t.uid not in written and t.buffer in ON_CHIP_BUFFERS:
                 self._uninitialised(opcode, loc, reads, ops, spec, plan, arguments)
                 break
         if engine is not _DMA_ENGINE:
