@@ -271,7 +271,9 @@ class OnChipMemory:
         if self.plan is None and not self._placed_live:  # the usual case: the live automatic tiles are all in the way
             serial = next(self._serials)
             obstacles = self._auto_ranges
-            offset = self._next_fit(size, obstacles)
+            offset = self._fit_from(self._cursor, size, obstacles)  # _next_fit, without the call
+            if offset is None:
+                offset = self._fit_from(self._floor, size, obstacles)
             if offset is not None:  # what _add does for an automatic tile, without the call: this runs at every tile
                 self._cursor = offset + size
                 alloc = Allocation(offset, size, partitions, what, loc, 0, next(self._handles), False, serial)

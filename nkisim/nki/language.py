@@ -17,7 +17,7 @@ from nkisim.frontend.helpers import CALLABLE_OPS, HELPERS
 from nkisim.frontend.loops import AffineRange, DynamicRange, dynamic_iterations
 from nkisim.hw import load_target
 from nkisim.isa.registers import VirtualRegister
-from nkisim.memory import Buffer, DynSlice, Tensor, cast, to_dtype
+from nkisim.memory import ON_CHIP_BUFFERS, Buffer, DynSlice, Tensor, cast, to_dtype
 from nkisim.memory.dtypes import NKI_DTYPES
 from nkisim.memory.pattern import is_int
 
@@ -222,7 +222,7 @@ def _shape(shape: Any, buffer: Buffer, partitions: int, loc: Any) -> tuple[int, 
         if not dims or any(not isinstance(d, (int, np.integer)) or d <= 0 for d in dims):
             raise ShapeError(f"nl.ndarray: shape {shape!r} must be positive integers", loc=loc)
         dims = tuple(int(d) for d in dims)
-    if buffer.is_on_chip:
+    if buffer in ON_CHIP_BUFFERS:
         if len(dims) < 2:
             raise ShapeError(
                 f"nl.ndarray: {buffer.value} tensors need a partition dim and a free dim, got shape {list(dims)}",
