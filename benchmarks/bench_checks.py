@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from timing import run_times
 
 import nkisim
 import nkisim.nki.isa as nisa
@@ -39,13 +39,7 @@ def small_tiles(a: Any) -> Any:
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(run_times(fn, repeat)[0])
 
 
 def main() -> None:

@@ -48,6 +48,7 @@ from nkisim.frontend.blas import single_threaded_blas
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from small_kernels import TILE, engine_mix, row_shuffle, vector_chain
+from timing import run_times
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,7 @@ CLOCK: Callable[[], float] = time.perf_counter
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    result = fn()  # warm-up: numba compilation, first-touch page faults
-    times = []
-    for _ in range(repeat):
-        start = CLOCK()
-        result = fn()
-        times.append(CLOCK() - start)
+    times, result = run_times(fn, repeat, CLOCK)
     return statistics.median(times), result
 
 

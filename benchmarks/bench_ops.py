@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from timing import run_times
 
 import nkisim
 import nkisim.nki as nki
@@ -111,13 +112,7 @@ KERNELS = (
 
 
 def fastest(fn: Callable[[], Any], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return min(times)
+    return min(run_times(fn, repeat, time.process_time)[0])
 
 
 def main() -> None:

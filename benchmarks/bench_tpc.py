@@ -6,10 +6,10 @@ the wall time to numpy's for the same computation. Run: ``python benchmarks/benc
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
+from timing import run_times
 
 import nkisim.tpc as tpc
 from nkisim.examples.tpc_relu import ReluFwdGlue
@@ -17,12 +17,7 @@ from nkisim.examples.tpc_softmax import RowGlue
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(run_times(fn, repeat, warm_up=False)[0])
 
 
 def numpy_softmax(x: np.ndarray) -> np.ndarray:
