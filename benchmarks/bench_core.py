@@ -48,7 +48,7 @@ from nkisim.frontend.blas import single_threaded_blas
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from small_kernels import TILE, engine_mix, row_shuffle, vector_chain
-from timing import run_times
+from timing import host_line, run_times
 
 
 @dataclass(frozen=True)
@@ -69,29 +69,6 @@ CLOCK: Callable[[], float] = time.perf_counter
 def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     times, result = run_times(fn, repeat, CLOCK)
     return statistics.median(times), result
-
-
-class _Probe:
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: int, b: int) -> None:
-        self.a = a
-        self.b = b
-
-
-def python_reference() -> float:
-    """Seconds for a million calls that each make a small object and look it up in a dict: plain interpreter work,
-    what most of a simulated instruction's overhead is made of. It tells machines apart: the per-instruction rates
-    of two machines compare in proportion to it (numpy's tile loops give the ratios their own floor)."""
-    table: dict[int, _Probe] = {}
-
-    def step(i: int) -> None:
-        table[i & 1023] = _Probe(i, i + 1)
-
-    start = CLOCK()
-    for i in range(1_000_000):
-        step(i)
-    return CLOCK() - start
 
 
 def add_loop(a: np.ndarray, b: np.ndarray, tile: tuple[int, int] = (128, 512)) -> np.ndarray:
@@ -221,8 +198,7 @@ def main() -> None:
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     print(f"clock: {args.clock} time (median of {args.repeat} runs after a warm-up)")
-    reference_s = min(python_reference() for _ in range(3))
-    print(f"host: 1M Python calls making a small object take {reference_s * 1e3:.0f} ms (the interpreter's speed here)")
+    print(host_line(CLOCK))
     rng = np.random.default_rng(0)
     print(
         f"{'workload':<36}{'nkisim ms':>10}{'numpy ms':>10}{'ratio':>9}{'loop ms':>9}{'/loop':>8}{'instrs':>8}"

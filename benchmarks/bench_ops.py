@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from timing import run_times
+from timing import host_line, run_times
 
 import nkisim
 import nkisim.nki as nki
@@ -123,6 +123,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((1024, 64), dtype=np.float32)
     shapes = [(a.shape, a.dtype)]  # the profile's description of a
+    print(host_line(time.process_time))
     print(f"CPU time per instruction, [128, 64] float32 tiles, min of {args.repeat} runs of {args.steps} steps")
     print(f"{'instruction':<32}{'shapes-only us':>16}{'full us':>10}{'semantics us':>14}")
     for label, kernel in KERNELS:
