@@ -1,4 +1,4 @@
-"""The cost of one simulated instruction, by kind: what (d)'s mix is made of.
+"""The cost of one simulated instruction, by kind: what the per-instruction figure (d) of bench_core.py is made of.
 
     python benchmarks/bench_ops.py [--repeat 11] [--steps 2000]
 
@@ -122,16 +122,16 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     a = rng.standard_normal((1024, 64), dtype=np.float32)
-    shapes = [(a.shape, a.dtype)]  # the profile's description of a
+    shape = (a.shape, a.dtype)  # the profile's description of a
     print(host_line(time.process_time))
     print(f"CPU time per instruction, [128, 64] float32 tiles, min of {args.repeat} runs of {args.steps} steps")
     print(f"{'instruction':<32}{'shapes-only us':>16}{'full us':>10}{'semantics us':>14}")
     for label, kernel in KERNELS:
         # the same kernel without its loop, taken away: what is left is the loop's instructions
         empty_full = fastest(lambda k=kernel: nkisim.run(k, {"a": a, "steps": 0}), args.repeat)
-        empty_shapes = fastest(lambda k=kernel: nkisim.profile(k, {"a": shapes[0], "steps": 0}), args.repeat)
+        empty_shapes = fastest(lambda k=kernel: nkisim.profile(k, {"a": shape, "steps": 0}), args.repeat)
         full = fastest(lambda k=kernel: nkisim.run(k, {"a": a, "steps": args.steps}), args.repeat) - empty_full
-        shapes_only = fastest(lambda k=kernel: nkisim.profile(k, {"a": shapes[0], "steps": args.steps}), args.repeat)
+        shapes_only = fastest(lambda k=kernel: nkisim.profile(k, {"a": shape, "steps": args.steps}), args.repeat)
         shapes_only -= empty_shapes
         per = 1e6 / args.steps
         print(f"{label:<32}{shapes_only * per:>16.1f}{full * per:>10.1f}{(full - shapes_only) * per:>14.1f}")

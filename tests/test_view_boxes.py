@@ -39,49 +39,77 @@ def _slice(draw, extent: int) -> slice:
     return slice(start, stop)
 
 
+def _index(draw, shape: tuple[int, ...]) -> tuple:
+    """An index of a view of ``shape``: mostly one or two unit-step slices, sometimes the empty index, and the
+    second item sometimes an integer or a slice with a step (which the box of the parent does not give)."""
+    if draw(st.integers(0, 9)) == 0:
+        return ()
+    key = [_slice(draw, shape[0])]
+    if len(shape) >= 2:
+        second = draw(st.sampled_from(["none", "slice", "slice", "int", "step"]))
+        if second == "slice":
+            key.append(_slice(draw, shape[1]))
+        elif second == "int":
+            key.append(draw(st.integers(0, shape[1] - 1)))
+        elif second == "step":
+            unit = _slice(draw, shape[1])
+            key.append(slice(unit.start, unit.stop, draw(st.integers(2, 3))))
+    return tuple(key)
+
+
 @st.composite
-def sliced_views(draw):
-    """A tile shape of 2 or 3 dims, a buffer, and an index of one or two items: mostly unit-step slices, the
-    second sometimes an integer or a slice with a step (which the box of the parent does not give)."""
-    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=2)))
-    partitions = draw(st.integers(1, 128))
-    buffer = draw(st.sampled_from(["sbuf", "hbm"]))
-    key = [_slice(draw, partitions)]
-    second = draw(st.sampled_from(["none", "slice", "slice", "int", "step"]))
-    if second == "slice":
-        key.append(_slice(draw, shape[0]))
-    elif second == "int":
-        key.append(draw(st.integers(0, shape[0] - 1)))
-    elif second == "step":
-        unit = _slice(draw, shape[0])
-        key.append(slice(unit.start, unit.stop, draw(st.integers(2, 3))))
-    return (partitions, *shape), buffer, tuple(key)
+def indexes(draw, shape: tuple[int, ...]) -> tuple:
+    return _index(draw, shape)
 
 
-@settings(max_examples=200, deadline=None)
-@given(sliced_views())
-def test_a_sliced_views_rectangle_holds_every_byte_of_its_elements(case):
-    shape, buffer, key = case
-    seen = {}
+BUFFERS = {"sbuf": nl.sbuf, "psum": nl.psum, "hbm": nl.shared_hbm}
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.data())
+def test_a_sliced_views_rectangle_holds_every_byte_of_its_elements(data):
+    """Tiles of 2 to 4 dims in SBUF, PSUM and HBM, indexed once or twice (a view of a view)."""
+    draw = data.draw
+    free = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3), label="free dims"))
+    shape = (draw(st.integers(1, 128), label="partitions"), *free)
+    buffer = draw(st.sampled_from(sorted(BUFFERS)), label="buffer")
+    dtype = draw(st.sampled_from([nl.float32, nl.bfloat16]), label="dtype")
+    depth = draw(st.integers(1, 2), label="indexes")
+    seen = []
 
     @nki.jit
     def kernel(a):
-        where = nl.sbuf if buffer == "sbuf" else nl.shared_hbm
-        tile = nl.ndarray(shape, dtype=nl.float32, buffer=where)
-        view = tile[key]
-        seen["region"] = tuple(view.region)[1:]
-        seen["row_box"] = view.row_box
-        seen["reference"] = reference_box(view)
-        seen["ndim"] = view.ndim
+        view = nl.ndarray(shape, dtype=dtype, buffer=BUFFERS[buffer])
+        for _ in range(depth):
+            view = view[draw(indexes(tuple(view.shape)), label="index")]
+            seen.append((tuple(view.region)[1:], view.row_box, reference_box(view), view.ndim))
         return a
 
     nkisim.profile(kernel, [((128, 8), np.float32)])
-    box, exact = seen["reference"]
-    assert seen["region"] == box
-    if exact and seen["ndim"] >= 2:  # a box is rows of partitions (row_box_of): a 1-D view has none
-        assert seen["row_box"] == box
-    else:
-        assert seen["row_box"] is None
+    for region, row_box, (box, exact), ndim in seen:
+        assert region == box
+        if exact and ndim >= 2:  # a box is rows of partitions (row_box_of): a 1-D view has none
+            assert row_box == box
+        else:
+            assert row_box is None
+
+
+def test_the_empty_index_is_the_whole_view():
+    """``t[()]`` of a tile or an HBM tensor is the same elements and bytes as ``t``."""
+    seen = []
+
+    @nki.jit
+    def kernel(a):
+        tile = nl.ndarray((128, 4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        for t in (tile, a):
+            whole = t[()]
+            seen.append((whole.shape, tuple(whole.region)[1:], t.shape, tuple(t.region)[1:], reference_box(t)[0]))
+        return a
+
+    nkisim.profile(kernel, [((256, 8), np.float32)])
+    for whole_shape, whole_region, shape, region, box in seen:
+        assert whole_shape == shape
+        assert whole_region == region == box
 
 
 def test_writing_a_range_of_a_3d_tiles_dim_1_makes_those_bytes_written():

@@ -276,6 +276,7 @@ class OnChipMemory:
                 offset = self._fit_from(self._floor, size, obstacles)
             if offset is not None:  # what _add does for an automatic tile, without the call: this runs at every tile
                 self._cursor = offset + size
+                # Allocation's fields in order, up to serial (keywords cost twice as much); keep in step with _add
                 alloc = Allocation(offset, size, partitions, what, loc, 0, next(self._handles), False, serial)
                 self.live[alloc.handle] = alloc
                 bisect.insort(obstacles, (offset, offset + size))

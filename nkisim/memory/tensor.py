@@ -160,7 +160,7 @@ class Tensor:
             for item, stride in zip(key, array.strides):
                 start += (item.start if item.__class__ is slice else item) * stride
         result = Tensor(view, self.dtype, buffer, self.name, self.storage, self._base or self, start)
-        if len(key) <= 2 and size:
+        if key and len(key) <= 2 and size:  # (an empty index, t[()], is the whole view: nothing to take)
             box = self.row_box
             if box is not None:
                 _take_block_box(result, box, key)
