@@ -100,6 +100,8 @@ def parse_junit(path: Path) -> list[dict[str, str]]:
         classname = case.get("classname", "")
         if not classname and not case.get("name"):
             continue  # pytest's record of a run interrupted (Ctrl-C, SIGINT) names no test
+        if (classname, case.get("name")) == ("pytest", "internal"):
+            continue  # nor does its record of an internal error (xdist with no worker left): the run stopped
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
@@ -229,7 +231,7 @@ def run_suite(
         "commit": _commit(checkout),
         "families": families,
         "workers": workers,
-        "interrupted": proc.returncode == INTERRUPTED,
+        "interrupted": proc.returncode in STOPPED,
         "tests": rows,
     }
     path = results_path(target, everything)
@@ -237,7 +239,7 @@ def run_suite(
         if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
             old = json.loads(path.read_text())
             new_ids = {row["id"] for row in rows}
-            if again and proc.returncode == INTERRUPTED:  # keep the recorded outcome of the tests not re-run yet
+            if again and proc.returncode in STOPPED:  # keep the recorded outcome of the tests not re-run yet
                 replaced = lambda r: r["id"] in again and r["id"] in new_ids  # noqa: E731
             elif again:
                 replaced = lambda r: r["id"] in again  # noqa: E731
@@ -254,7 +256,7 @@ def run_suite(
                 rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
             if done:
                 rerun_entry["resumed_after"] = len(done)
-            if proc.returncode == INTERRUPTED:  # stopped by hand: the tests finished so far are kept, and said to be
+            if proc.returncode in STOPPED:  # stopped early: the tests finished so far are kept, and said to be
                 rerun_entry["interrupted_after"] = len(rows)
             record["reruns"] = [*old.get("reruns", []), rerun_entry]
         path.write_text(json.dumps(record, indent=1))
@@ -338,6 +340,13 @@ def _interruptible() -> None:
 
 #: pytest's exit code when the run was interrupted (Ctrl-C, SIGINT): its junit file holds the tests finished.
 INTERRUPTED = 2
+#: pytest's exit code after an internal error, such as pytest-xdist's "Unexpectedly no active workers available"
+#: when the last worker was killed for memory while the controller had no test left to give a new one: its junit
+#: file holds the tests finished too.
+INTERNAL_ERROR = 3
+#: The exit codes of a run that stopped before its last test: its record says so, and a re-run keeps the outcomes
+#: of the tests it did not reach.
+STOPPED = (INTERRUPTED, INTERNAL_ERROR)
 
 
 def results_path(target: str, everything: bool) -> Path:

@@ -48,6 +48,19 @@ def test_the_nameless_case_of_an_interrupted_run_is_no_test(tmp_path):
     assert len(suite.parse_junit(path)) == 4
 
 
+def test_the_record_of_an_internal_error_is_no_test(tmp_path):
+    """pytest-xdist ends a run whose last worker was killed with an internal error, recorded as pytest::internal."""
+    path = tmp_path / "r.xml"
+    internal = (
+        '<testcase classname="pytest" name="internal" time="0.000"><error message="internal error">'
+        "RuntimeError: Unexpectedly no active workers available</error></testcase>\n</testsuite>"
+    )
+    path.write_text(JUNIT.replace("</testsuite>", internal))
+    rows = suite.parse_junit(path)
+    assert len(rows) == 4
+    assert "pytest" not in {r["family"] for r in rows}
+
+
 def test_skips_are_counted_by_reason(tmp_path):
     path = tmp_path / "r.xml"
     path.write_text(JUNIT)
@@ -261,14 +274,17 @@ def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_ru
     assert "about 1 hour per target" in one
 
 
-def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not_reach(tmp_path, monkeypatch):
+@pytest.mark.parametrize("code", [suite.INTERRUPTED, suite.INTERNAL_ERROR])
+def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not_reach(tmp_path, monkeypatch, code):
+    """Stopped by hand (2) or by pytest-xdist's internal error when its last worker was lost (3)."""
     cls = "integration.nkilib.core.qkv.test_qkv_cte.TestQkvCteKernel"
     timeout = "Failed: Timeout (>150.0s) from pytest-timeout."
     row = {"family": "core/qkv", "outcome": "failed", "message": timeout}
     old = [{"id": f"{cls}::test_s[{i}]", **row} for i in range(3)]
     # only test_s[0] finished before Ctrl-C
-    checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/qkv", old, [(cls, "test_s[0]")], suite.INTERRUPTED)
+    checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/qkv", old, [(cls, "test_s[0]")], code)
     record = suite.run_suite(checkout, "trn2", 1, True, ["core/qkv"], timeout=900, rerun="Timeout")
+    assert record["interrupted"]
     outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
     assert outcomes == {"test_s[0]": "passed", "test_s[1]": "failed", "test_s[2]": "failed"}
     assert record["reruns"][-1] == {
