@@ -323,6 +323,38 @@ def test_plugin_installs_before_conftest_and_cleans_up(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*nkisim.compat.nkilib*"])
 
 
+def test_a_failure_whose_traceback_pytest_cannot_format_is_reported_as_a_failure(pytester: pytest.Pytester):
+    """pytest's report of a failure raised TypeError (a traceback entry without a line number, as pytest-timeout's
+    signal can leave on Python 3.11); in an xdist worker that ended the whole suite run. The plugin reports the
+    test as failed, with the exception's message, and the run goes on."""
+    pytester.makeconftest(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.hookimpl(tryfirst=True)
+            def pytest_runtest_makereport(item, call):
+                if call.excinfo is not None:
+                    raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
+            """
+        )
+    )
+    pytester.makepyfile(
+        textwrap.dedent(
+            """
+            def test_fails():
+                raise RuntimeError("Timeout (>150.0s) from pytest-timeout.")
+
+            def test_after():
+                pass
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("-p", "nkisim.compat.nkilib", "-p", "no:cacheprovider", "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*RuntimeError: Timeout (>150.0s) from pytest-timeout.*could not format*"])
+
+
 def test_nki_dtype_is_the_type_of_the_data_types_and_names_them(pytester: pytest.Pytester):
     """As in the suite's simulation setup, ``nki.dtype`` is in sys.modules; the import reads the attribute."""
     pytester.makeconftest("import sys, types\nsys.modules['nki.dtype'] = types.ModuleType('nki.dtype')\n")

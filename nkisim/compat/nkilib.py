@@ -344,8 +344,25 @@ _PASSED = pytest.StashKey[bool]()
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """Remember whether the test passed (for ``--nkisim-prune-artifacts``), and report a failure whose traceback
+    pytest cannot format as a plain failure.
+
+    On Python 3.11 an exception raised into a frame at an instruction without a line number (pytest-timeout's
+    signal, in the suite's long tests) has a traceback entry whose ``tb_lineno`` is None, and pytest's report
+    then raises TypeError: in a pytest-xdist worker that is an internal error, which ends the whole run.
+    """
     outcome = yield
-    report = outcome.get_result()
+    try:
+        report = outcome.get_result()
+    except TypeError as exc:
+        if call.excinfo is None:
+            raise
+        failure = f"{call.excinfo.typename}: {call.excinfo.value} (pytest could not format its traceback: {exc})"
+        report = pytest.TestReport(
+            item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed", failure, call.when,
+            duration=call.duration, start=call.start, stop=call.stop,
+        )  # fmt: skip
+        outcome.force_result(report)
     if report.when == "call":
         item.stash[_PASSED] = report.passed
 
