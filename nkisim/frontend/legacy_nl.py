@@ -425,7 +425,7 @@ def device_print(prefix: str, x: Any, *, mask: Any = None, **kwargs: Any) -> Non
         raise OperandError(f"x must be a tile, got {type(x).__name__}", instruction="nl.device_print")
     ctx.machine.check_running()  # a run that will start again prints nothing more
     if ctx.prints.claim():
-        ctx.memory.poison_pending()  # tiles whose poison is due show it
+        ctx.memory.settle_pending()  # tiles whose poison is due show it
         print(f"{prefix} {x.name}{list(x.shape)}:\n{np.asarray(x.array)}")
 
 

@@ -181,6 +181,14 @@ def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
     return dma_cost(hw, max(nbytes(ops.src), nbytes(ops.dst)), views=(ops.src, ops.dst))
 
 
+def _plain_copy(ops: DmaCopyOps) -> tuple[Tensor, Tensor] | None:
+    """``(dst, src)`` of a copy of static views in one dtype (tfloat32 told apart): the bits move unchanged."""
+    dst, src = ops.dst, ops.src
+    if ops.dst_rmw_op is not None or dst.__class__ is not Tensor or src.__class__ is not Tensor:
+        return None
+    return (dst, src) if dst.dtype == src.dtype and same_format(dst, src) else None
+
+
 @instruction(
     "dma_copy",
     DmaCopyOps,
@@ -191,6 +199,8 @@ def _dma_copy_cost(ops: DmaCopyOps, hw: HwConfig, engine: Engine) -> Cost:
     accumulates=lambda ops: ops.dst_rmw_op is not None,
     # a gather may skip rows out of bounds, leaving their dst elements as they were
     overwrites=lambda ops: ops.dst_rmw_op is None and not ops.src.is_dynamic and not ops.dst.is_dynamic,
+    copies=_plain_copy,
+    reads_values=lambda ops: ops.dst_rmw_op is None,  # bits moved, or cast elementwise through float32
     dtypes="any; cast src -> fp32 -> dst if they differ (dst_rmw_op: fp32 math)",
 )
 def dma_copy(ops: DmaCopyOps, state: EngineState) -> None:

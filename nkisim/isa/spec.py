@@ -223,10 +223,22 @@ ValueDependence = Callable[[Any], "str | None"]
 #: ``(operands) -> bool``: True when the instruction sets every element of its ``dst`` operand and reads none of
 #: ``dst``'s old values (no accumulation, mask or skipped element), so a new tile's poison under it is never seen.
 Overwrites = Callable[[Any], bool]
+#: ``(operands) -> (dst, src) or None``: the two views when the instruction does nothing but copy ``src``'s bits
+#: into ``dst`` (static views, no arithmetic), so the copy may wait (:mod:`nkisim.memory.deferred`).
+Copies = Callable[[Any], "tuple[Any, Any] | None"]
+#: ``(operands) -> bool``: True when the semantics give the same bits from any views holding the same values,
+#: wherever those lie and however they are laid out (and the checks read no values), so a tile whose load waits
+#: may be read from the HBM view it waits in.
+ReadsValues = Callable[[Any], bool]
 
 
 def sets_all_of_dst(ops: Any) -> bool:
     """:data:`Overwrites` of an element-wise instruction: it always sets every element of ``dst``."""
+    return True
+
+
+def values_only(ops: Any) -> bool:
+    """:data:`ReadsValues` of a copy or cast: element by element, whatever the layout."""
     return True
 
 
@@ -259,6 +271,11 @@ class InstructionSpec:
     #: Instructions that set all of ``dst`` without reading it: a new tile they write whole needs no poison fill
     #: first (:meth:`nkisim.memory.system.MemorySystem.settle_poison`). None: the fill is always made.
     overwrites: Overwrites | None = None
+    #: Plain copies (``dma_copy``): a load of a whole new SBUF tile from HBM may keep its values in HBM until the
+    #: tile is used (:mod:`nkisim.memory.deferred`). None: never a plain copy.
+    copies: Copies | None = None
+    #: Instructions that may read a waiting load's tile from HBM. None: every waiting copy is made before it.
+    reads_values: ReadsValues | None = None
     #: Instructions whose effect beyond the values they write depends on values (``register_load``
     #: feeds control flow; gathers raise on out-of-range indices): a recorded program that contains one
     #: is not replayed on new inputs but run again (:mod:`nkisim.sim.program`).
@@ -306,6 +323,8 @@ def instruction(
     value_dependent: ValueDependence | None = None,
     namespace: str = "nisa",
     overwrites: Overwrites | None = None,
+    copies: Copies | None = None,
+    reads_values: ReadsValues | None = None,
 ) -> Callable[[Semantics], Semantics]:
     """Register the decorated semantics function as instruction ``name``.
 
@@ -338,6 +357,8 @@ def instruction(
             carries=carries,
             value_dependent=value_dependent,
             overwrites=overwrites,
+            copies=copies,
+            reads_values=reads_values,
             requires=requires,
             dtypes=dtypes,
             doc=(semantics.__doc__ or "").strip(),

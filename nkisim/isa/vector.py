@@ -44,6 +44,7 @@ from nkisim.isa.spec import (
     instruction,
     require,
     sets_all_of_dst,
+    values_only,
 )
 from nkisim.memory import Buffer, Tensor, is_integer, same_bytes, to_dtype
 from nkisim.memory.dtypes import is_tfloat32
@@ -172,6 +173,7 @@ def _integer_native(ops: TensorTensorOps) -> bool:
     choose_engine=_tensor_tensor_engine,
     dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst; int32/uint32 on GpSimd: integer)",
     overwrites=sets_all_of_dst,
+    reads_values=lambda ops: _layout_free(ops.op),
 )
 def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits).
@@ -212,6 +214,13 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
         return
     write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
+
+
+def _layout_free(op: Op) -> bool:
+    """Whether ``op`` gives the same bits from operands of any layout: bit operations, and the correctly rounded
+    arithmetic of :data:`BINARY_F32_CODES` (numpy's transcendental loops, and the sign of a tie of zeros in
+    ``maximum``, follow the layout)."""
+    return op.is_bitvec or op.binary in BINARY_F32_CODES
 
 
 def _each_element_apart(array: np.ndarray) -> bool:
@@ -307,6 +316,7 @@ def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> C
     choose_engine=_choose_vector,
     dtypes="integer types for bitvec ops; any for arithmetic, operand0/operand1 fp32",
     overwrites=sets_all_of_dst,
+    reads_values=lambda ops: _layout_free(ops.op0) and (ops.op1 is None or _layout_free(ops.op1)),
 )
 def tensor_scalar(ops: TensorScalarOps, state: EngineState) -> None:
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or ``(P, 1)`` columns."""
@@ -396,6 +406,7 @@ def _tensor_copy_cost(ops: TensorCopyOps, hw: HwConfig, engine: Engine) -> Cost:
     choose_engine=_choose_vector,
     dtypes="any; equal dtypes copy bit-exactly, others cast through fp32",
     overwrites=sets_all_of_dst,
+    reads_values=values_only,
 )
 def tensor_copy(ops: TensorCopyOps, state: EngineState) -> None:
     """Copy ``src`` to ``dst``: bit-exact for equal dtypes, through float32 otherwise."""

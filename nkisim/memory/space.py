@@ -216,6 +216,9 @@ class OnChipMemory:
     #: The poison fills not made yet, by tile uid (the memory system's, shared by its memories): a freed
     #: tile's is dropped, as its bytes may go to another tile.
     unpoisoned: dict[int, object] = field(init=False, default_factory=dict)
+    #: The copies into its tiles not made yet (SBUF's: :mod:`nkisim.memory.deferred`), by tile uid: a freed tile's
+    #: is dropped, as nothing reads its bytes before they are poisoned or written again.
+    deferred: dict[int, object] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         scale = RECORDING_SCALE if self.recording else 1
@@ -389,6 +392,7 @@ class OnChipMemory:
         if freed is not None:
             if freed.tile_uid >= 0:
                 self.unpoisoned.pop(freed.tile_uid, None)
+                self.deferred.pop(freed.tile_uid, None)
             self.used_bytes -= freed.nbytes
             if freed.placed:
                 self._placed_live -= 1

@@ -18,6 +18,7 @@ import numpy as np
 
 from nkisim.errors import CapacityError, OperandError, SourceLoc
 from nkisim.hw import HwConfig
+from nkisim.memory.deferred import DeferredCopies
 from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import ON_CHIP_BUFFERS, Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
@@ -69,6 +70,9 @@ class MemorySystem:
         #: tiles never share bytes, so a late fill reaches no other tile's values.
         self.unpoisoned: dict[int, tuple[np.ndarray, int, int, int, int]] = {}
         self.sbuf.unpoisoned = self.psum.unpoisoned = self.unpoisoned  # type: ignore[assignment]
+        #: DMA loads into new SBUF tiles whose copy waits (:mod:`nkisim.memory.deferred`), under ``defer_poison``.
+        self.deferred = DeferredCopies()
+        self.sbuf.deferred = self.deferred
         #: Whether new tiles' poison may wait: only where every use of a tile's bytes goes through the machine
         #: (instructions, ``Machine.store``, ``Machine.effect``), as in a kernel's run on one core; the cores of a
         #: launch exchange tiles, and a host that writes a tile's array itself must see its poison there first.
@@ -162,8 +166,9 @@ class MemorySystem:
             if box is not None and t is not overwritten:
                 self._fill_box(box)
 
-    def poison_pending(self) -> None:
-        """Make every poison not made yet (before anything reads or writes memory outside an instruction)."""
+    def settle_pending(self) -> None:
+        """Make every poison and copy not made yet (before anything reads or writes memory outside an instruction)."""
+        self.deferred.make_all()
         pending = self.unpoisoned
         while pending:  # one at a time: a tile the garbage collector frees meanwhile takes its own out
             self._fill_box(pending.popitem()[1])

@@ -415,7 +415,7 @@ def device_print(print_prefix: str, tensor: Tensor) -> None:
     ctx.machine.check_running()  # a run that will start again prints nothing more
     if not ctx.prints.claim():
         return
-    ctx.memory.poison_pending()  # before the view's values, which a run-time offset tile may address
+    ctx.memory.settle_pending()  # before the view's values, which a run-time offset tile may address
     ctx.machine.effect(_print_values, (print_prefix, tensor.name, tensor.shape, tensor.array))
 
 

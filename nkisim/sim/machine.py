@@ -54,7 +54,7 @@ from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
 from nkisim.memory.system import BorrowedInputWritten
 from nkisim.sim.checks import Checker
-from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan, setup_region
+from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan, setup_region, with_operands
 from nkisim.sim.program import Recorder
 from nkisim.sim.scheduler import Scheduler, Timeline
 
@@ -199,10 +199,13 @@ class Machine:
         key = call_key(instruction.opcode, arguments)
         # registers and views at run-time offsets read bytes the operands do not show, some while validated; a
         # planned call (a key) has only static views
-        if self.memory.unpoisoned and (
+        memory = self.memory
+        if (memory.unpoisoned or memory.deferred) and (
             spec.extra_accesses is not None or (key is None and _has_dynamic_view(arguments))
         ):
-            self.memory.poison_pending()
+            memory.settle_pending()
+        if memory.deferred and spec.reads_values is None:  # its checks and semantics see the tiles' own bytes
+            memory.deferred.make_all()
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
             ops = self._operands(spec, instruction)
@@ -241,11 +244,19 @@ class Machine:
         if checker is not None:
             checker.before(spec, engine, loc, ops, tensor_reads, tensor_writes, adds, plan, arguments)
         if self.compute:
-            if self.memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
+            waits = self._may_wait(spec, ops) if spec.copies is not None and memory.defer_poison else None
+            if memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
                 self._settle_poison(spec, ops, tensor_reads, tensor_writes)
             if self.recorder is not None:
                 self.recorder.instruction(spec, ops, loc)
-            self._execute(spec, ops, engine, loc)
+            given = ops
+            if memory.deferred:
+                assert spec.reads_values is not None  # else made above
+                substitutes = memory.deferred.settle(ops, spec.reads_values(ops), tensor_reads, tensor_writes)
+                if substitutes is not None:
+                    given = with_operands(ops, substitutes)
+            if waits is None or not memory.deferred.defer(*waits):
+                self._execute(spec, given, engine, loc)
         if checker is not None:
             checker.after(spec, engine, tensor_writes)
         if plan is None or plan.reads is None or plan.writes is None or spec.extra_accesses is not None:
@@ -400,14 +411,14 @@ class Machine:
         The front end's immediate values (an HBM tensor of ``nl.zeros``, a lazily filled tile's
         values) go through here, so that a recorded program sets them again when replayed.
         """
-        self.memory.poison_pending()
+        self.memory.settle_pending()
         array[...] = value
         if self.recorder is not None:
             self.recorder.stored(array, value)
 
     def effect(self, action: Callable[[Any], None], argument: Any) -> None:
         """Run ``action(argument)`` now (``nl.device_print``), and at this point of every replay."""
-        self.memory.poison_pending()
+        self.memory.settle_pending()
         action(argument)
         if self.recorder is not None:
             self.recorder.effect(action, argument)
@@ -463,6 +474,23 @@ class Machine:
                 stop_conversions(token)
         if checker is not None:
             checker.converted(spec.name, loc)
+
+    def _may_wait(self, spec: InstructionSpec, ops: Any) -> tuple[Tensor, Tensor] | None:
+        """``(dst, src)`` when this copy's values may wait in HBM (:mod:`nkisim.memory.deferred`): a plain copy from
+        HBM into a whole new automatic SBUF tile (one whose poison is not made yet), in a run that records no
+        program; else None."""
+        pair = spec.copies(ops)  # type: ignore[misc]
+        if pair is None or self.recorder is not None:
+            return None
+        dst, src = pair
+        if (
+            dst._base is None
+            and dst.uid in self.memory.unpoisoned
+            and dst.storage is self.memory.sbuf.storage
+            and not src.buffer.is_on_chip
+        ):
+            return pair
+        return None
 
     def _settle_poison(
         self,

@@ -201,6 +201,16 @@ def bind(plan: Plan, spec: InstructionSpec, arguments: dict[str, Any]) -> Any:
     return ops
 
 
+def with_operands(ops: Any, values: dict[str, Any]) -> Any:
+    """A copy of the operand model ``ops`` with some fields set to other values (no validation: same types)."""
+    copy = ops.__class__.__new__(ops.__class__)
+    _set(copy, "__dict__", {**ops.__dict__, **values})
+    _set(copy, "__pydantic_fields_set__", ops.__pydantic_fields_set__)
+    _set(copy, "__pydantic_extra__", None)
+    _set(copy, "__pydantic_private__", None)
+    return copy
+
+
 def setup_region(plan: Plan, ops: Any, arguments: dict[str, Any]) -> Region | None:
     """The region of this call's ``setup_operand``, or None (of ``arguments`` when ``ops`` is None: a lazy plan's
     template holds the very tensors of the arguments)."""

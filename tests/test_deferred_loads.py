@@ -1,0 +1,305 @@
+"""A DMA load into a new SBUF tile may keep its values in HBM until the tile is used (nkisim.memory.deferred).
+
+Every kernel here runs twice, with loads that wait and with every load copied at once (``Machine._may_wait``
+patched to None), and the two runs must agree bit for bit: outputs, timeline and findings. The outputs are
+also compared with numpy formulas written here. A count of the loads that waited shows the first run took the
+path under test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import nkisim
+import nkisim.nki.isa as nisa
+import nkisim.nki.language as nl
+from nkisim.memory.deferred import DeferredCopies
+from nkisim.sim import Machine
+
+ROWS, COLS = 512, 64
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def _load(src):
+    tile = nl.ndarray(src.shape, src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=src)
+    return tile
+
+
+def _blocks(rows: int):
+    return [slice(r, r + 128) for r in range(0, rows, 128)]
+
+
+def add_by_tiles(a, b):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    for rows in _blocks(a.shape[0]):
+        x, y = _load(a[rows]), _load(b[rows])
+        total = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=total, data1=x, data2=y, op=nl.add)
+        nisa.dma_copy(dst=out[rows], src=total)
+    return out
+
+
+def store_loaded(a):
+    """A waiting tile stored to HBM again: the store reads the HBM values it waits in."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    for rows in _blocks(a.shape[0]):
+        nisa.dma_copy(dst=out[rows], src=_load(a[rows]))
+    return out
+
+
+def read_by_a_view(a):
+    out = nl.ndarray((a.shape[0], 32), a.dtype, buffer=nl.shared_hbm)
+    for rows in _blocks(a.shape[0]):
+        x = _load(a[rows])
+        half = nl.ndarray((128, 32), a.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=half, src=x[:, 16:48])
+        nisa.dma_copy(dst=out[rows], src=half)
+    return out
+
+
+def written_in_place(a, b):
+    """The waiting tile is written (``x = x * y``) before it is read whole."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    for rows in _blocks(a.shape[0]):
+        x, y = _load(a[rows]), _load(b[rows])
+        nisa.tensor_tensor(dst=x, data1=x, data2=y, op=nl.multiply)
+        nisa.tensor_tensor(dst=y, data1=x, data2=y, op=nl.subtract)
+        nisa.dma_copy(dst=out[rows], src=y)
+    return out
+
+
+def source_overwritten(a, b):
+    """A tile loaded from ``scratch`` keeps the values it was loaded with after ``scratch`` is written again."""
+    scratch = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=scratch, src=a)
+    for rows in _blocks(a.shape[0]):
+        before = _load(scratch[rows])
+        nisa.dma_copy(dst=scratch[rows], src=b[rows])
+        total = nl.ndarray(before.shape, a.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=total, data1=before, data2=_load(scratch[rows]), op=nl.add)
+        nisa.dma_copy(dst=out[rows], src=total)
+    return out
+
+
+def other_engines(a, b):
+    """A matmul, an activation and a power read waiting tiles: their copies are made first."""
+    out = nl.ndarray((64, 64), nl.float32, buffer=nl.shared_hbm)
+    x, y = _load(a[0:128]), _load(b[0:128])
+    acc = nl.ndarray((64, 64), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc, stationary=x, moving=y)
+    got = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=got, src=acc)
+    powered = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=powered, data1=_load(a[128:256]), data2=_load(b[128:256]), op=nl.maximum)
+    scaled = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=scaled, op=nl.exp, data=_load(a[256:384]), scale=0.5)
+    both = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=both, data1=got, data2=scaled[0:64, :], op=nl.add)
+    nisa.tensor_tensor(dst=both, data1=both, data2=powered[0:64, :], op=nl.add)
+    nisa.dma_copy(dst=out, src=both)
+    return out
+
+
+def printed(a):
+    x = _load(a[0:128])
+    nl.device_print("loaded", x)
+    out = nl.ndarray((128, COLS), a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def _records(profile) -> list[tuple]:
+    tl = profile._tl
+    return list(zip(tl.opcode, tl.track, tl.start_ns, tl.end_ns, tl.busy_ns, tl.producer, tl.wait_ns, strict=True))
+
+
+def _run_both(kernel, inputs, monkeypatch):
+    """The run with waiting loads, the count of loads that waited, and the run with every copy made at once."""
+    waited = []
+    defer = DeferredCopies.defer
+
+    def counting(self, dst, src):
+        kept = defer(self, dst, src)
+        waited.append(kept)
+        return kept
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DeferredCopies, "defer", counting)
+        lazy = nkisim.run(kernel, inputs, check="warn")
+    with monkeypatch.context() as patch:
+        patch.setattr(Machine, "_may_wait", lambda self, spec, ops: None)
+        eager = nkisim.run(kernel, inputs, check="warn")
+    outs = lazy.outputs if isinstance(lazy.outputs, tuple) else (lazy.outputs,)
+    eager_outs = eager.outputs if isinstance(eager.outputs, tuple) else (eager.outputs,)
+    for got, want in zip(outs, eager_outs, strict=True):
+        assert got.tobytes() == want.tobytes()
+    assert _records(lazy.profile) == _records(eager.profile)
+    assert [repr(d) for d in lazy.profile.diagnostics] == [repr(d) for d in eager.profile.diagnostics]
+    return lazy, sum(waited)
+
+
+def test_an_add_by_tiles_reads_its_loads_from_hbm(monkeypatch) -> None:
+    a, b = rand(ROWS, COLS), rand(ROWS, COLS, seed=1)
+    result, waited = _run_both(add_by_tiles, [a, b], monkeypatch)
+    assert waited == 2 * ROWS // 128
+    np.testing.assert_array_equal(result.outputs, a + b)
+
+
+@pytest.mark.parametrize(
+    "kernel, expected",
+    [
+        (store_loaded, lambda a, b: a),
+        (read_by_a_view, lambda a, b: a[:, 16:48]),
+        (written_in_place, lambda a, b: a * b - b),
+        (source_overwritten, lambda a, b: a + b),
+    ],
+    ids=["stored", "view", "in-place", "source-overwritten"],
+)
+def test_every_other_use_sees_the_loaded_values(kernel, expected, monkeypatch) -> None:
+    a, b = rand(ROWS, COLS), rand(ROWS, COLS, seed=1)
+    inputs = [a] if kernel is store_loaded or kernel is read_by_a_view else [a, b]
+    result, waited = _run_both(kernel, inputs, monkeypatch)
+    assert waited > 0
+    np.testing.assert_array_equal(result.outputs, expected(a, b))
+
+
+def test_instructions_that_read_layouts_get_the_copies_first(monkeypatch) -> None:
+    a, b = rand(ROWS, COLS), rand(ROWS, COLS, seed=1)
+    result, waited = _run_both(other_engines, [a, b], monkeypatch)
+    assert waited == 5
+    product = a[0:128].T @ b[0:128]
+    expected = product + np.exp(0.5 * a[256:320]) + np.maximum(a[128:192], b[128:192])
+    np.testing.assert_allclose(result.outputs, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_print_shows_the_loaded_values(monkeypatch, capsys) -> None:
+    a = np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS)
+    result, waited = _run_both(printed, [a], monkeypatch)
+    assert waited == 1
+    text = capsys.readouterr().out
+    assert text.count("6.400e+01") == 2 and text.count("8.191e+03") == 2 and "nan" not in text.lower()  # both runs
+    np.testing.assert_array_equal(result.outputs, a[0:128])
+
+
+def test_a_tile_freed_while_its_load_waits_leaves_poison_for_the_next(monkeypatch) -> None:
+    """The next tile over the same bytes, read in part before it is written, reads NaN as always."""
+
+    def kernel(a):
+        outs = []
+        for rows in _blocks(a.shape[0]):
+            _load(a[rows])  # dropped at once: its load never used
+            fresh = nl.ndarray((128, COLS), a.dtype, buffer=nl.sbuf)
+            part = nl.ndarray((128, 8), a.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=part, src=fresh[:, 0:8])
+            out = nl.ndarray((128, 8), a.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=part)
+            outs.append(out)
+        return tuple(outs)
+
+    with pytest.warns(nkisim.CheckWarning, match="never written"):
+        result, waited = _run_both(kernel, [rand(ROWS, COLS)], monkeypatch)
+    assert waited == ROWS // 128
+    assert all(np.isnan(out).all() for out in result.outputs)
+
+
+# -- random programs ---------------------------------------------------------------------
+
+_STEP = st.one_of(
+    st.tuples(st.just("load"), st.integers(0, 3), st.integers(0, 3)),  # tile slot <- scratch block
+    st.tuples(st.just("store"), st.integers(0, 3), st.integers(0, 3)),  # scratch block <- tile slot
+    st.tuples(st.just("add"), st.integers(0, 3), st.integers(0, 3)),  # slot i <- slot i + slot j (new tile)
+    st.tuples(st.just("scale"), st.integers(0, 3), st.integers(0, 3)),  # slot i *= slot j, in place
+    st.tuples(st.just("half"), st.integers(0, 3), st.integers(0, 3)),  # slot i[:, :32] <- slot j[:, 32:]
+    st.tuples(st.just("affine"), st.integers(0, 3), st.integers(0, 3)),  # slot i <- slot j * 0.5 + 1 (new tile)
+)
+
+
+def _program_kernel(steps):
+    def kernel(a):
+        scratch = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=scratch, src=a)
+        blocks = _blocks(a.shape[0])
+        slots = [_load(a[blocks[i]]) for i in range(4)]
+        for op, i, j in steps:
+            if op == "load":
+                slots[i] = _load(scratch[blocks[j]])
+            elif op == "store":
+                nisa.dma_copy(dst=scratch[blocks[j]], src=slots[i])
+            elif op == "add":
+                total = nl.ndarray((128, COLS), a.dtype, buffer=nl.sbuf)
+                nisa.tensor_tensor(dst=total, data1=slots[i], data2=slots[j], op=nl.add)
+                slots[i] = total
+            elif op == "scale":
+                nisa.tensor_tensor(dst=slots[i], data1=slots[i], data2=slots[j], op=nl.multiply)
+            elif op == "affine":
+                scaled = nl.ndarray((128, COLS), a.dtype, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=scaled, data=slots[j], op0=nl.multiply, operand0=0.5, op1=nl.add, operand1=1.0)
+                slots[i] = scaled
+            else:
+                nisa.tensor_copy(dst=slots[i][:, 0:32], src=slots[j][:, 32:64])
+        out = nl.ndarray((4 * 128, COLS), a.dtype, buffer=nl.shared_hbm)
+        for i, tile in enumerate(slots):
+            nisa.dma_copy(dst=out[blocks[i]], src=tile)
+        return scratch, out
+
+    return kernel
+
+
+def _program_reference(a: np.ndarray, steps) -> tuple[np.ndarray, np.ndarray]:
+    scratch = a.copy()
+    blocks = _blocks(a.shape[0])
+    slots = [a[blocks[i]].copy() for i in range(4)]
+    for op, i, j in steps:
+        if op == "load":
+            slots[i] = scratch[blocks[j]].copy()
+        elif op == "store":
+            scratch[blocks[j]] = slots[i]
+        elif op == "add":
+            slots[i] = slots[i] + slots[j]
+        elif op == "scale":
+            slots[i] = slots[i] * slots[j]
+        elif op == "affine":
+            slots[i] = slots[j] * np.float32(0.5) + np.float32(1.0)
+        else:
+            slots[i] = slots[i].copy()
+            slots[i][:, 0:32] = slots[j][:, 32:64]
+    return scratch, np.concatenate(slots)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(_STEP, min_size=1, max_size=14))
+def test_random_programs_agree_with_numpy_and_with_every_copy_made(steps) -> None:
+    a = rand(ROWS, COLS, seed=3)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        result, _ = _run_both(_program_kernel(steps), [a], monkeypatch)
+    with np.errstate(all="ignore"):
+        scratch, out = _program_reference(a, steps)
+    assert result.outputs[0].tobytes() == scratch.tobytes()
+    assert result.outputs[1].tobytes() == out.tobytes()
+
+
+def test_a_load_that_rounds_to_tfloat32_is_made_at_once(monkeypatch) -> None:
+    """float32 into a tfloat32 tile is a cast (round to nearest even at 10 mantissa bits), not a copy to defer."""
+    a = np.array([[1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-12, -(1 + 5 * 2**-12)]] * 128, np.float32)
+
+    def kernel(a):
+        t = nl.ndarray(a.shape, nl.tfloat32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        widened = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=widened, src=t)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=widened)
+        return out
+
+    result, waited = _run_both(kernel, [a], monkeypatch)
+    assert waited == 0
+    expected = np.array([1.0, 1 + 2 * 2**-10, 1.0, -(1 + 2**-10)], np.float32)
+    np.testing.assert_array_equal(result.outputs, np.broadcast_to(expected, a.shape))
