@@ -148,3 +148,63 @@ def test_a_read_of_bytes_a_dim_1_range_wrote_waits_for_that_write(target):
     memset = next(r for r in timeline if r.opcode == "memset")
     copy = next(r for r in timeline if r.opcode == "activation")
     assert copy.start_ns >= memset.end_ns
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_an_hbm_block_sliced_again_is_the_same_view(data):
+    """HBM views keep the blocks sliced from them (a loop slices the same blocks again): a block sliced a second
+    time, as ``nl.ds``, after more than the kept number, or with numpy integers (never kept), is the same elements
+    and bytes as the first, by the reference's addresses."""
+    draw = data.draw
+    shape = (draw(st.integers(1, 300), label="rows"), draw(st.integers(1, 6), label="cols"))
+    picks = draw(st.lists(indexes(shape), min_size=1, max_size=6), label="indexes")
+    seen = []
+
+    @nki.jit
+    def kernel(a):
+        for index in picks:
+            spellings = [
+                index,
+                tuple(np.int64(i) if isinstance(i, int) else i for i in index),  # never kept
+                tuple(
+                    nl.ds(i.start, i.stop - i.start) if isinstance(i, slice) and i.step is None else i for i in index
+                ),
+            ]
+            views = [a[spelling] for spelling in spellings] + [a[index]]
+            for i in range(1100):  # as many other blocks, past MAX_VIEWS: the memo starts again
+                a[i % shape[0] : i % shape[0] + 1 : 1 + i // shape[0]]
+            views.append(a[index])
+            seen.append(
+                [(v.shape, v.array.strides, v.byte_offset, tuple(v.region)[1:], reference_box(v)) for v in views]
+            )
+        return a
+
+    nkisim.profile(kernel, [(shape, np.float32)])
+    for described in seen:
+        assert all(d == described[0] for d in described)
+        assert described[0][3] == described[0][4][0]
+
+
+def test_an_empty_or_out_of_bounds_hbm_slice_fails_each_time():
+    """Neither is kept: the second use of ``a[3:3]`` raises as the first, and so does ``a[0:999]``."""
+    errors = []
+
+    @nki.jit
+    def kernel(a):
+        for _ in range(2):
+            tile = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            try:
+                nisa.dma_copy(dst=tile, src=a[3:3])
+            except nkisim.KernelError as exc:
+                errors.append(str(exc))
+            try:
+                a[0:999]
+            except nkisim.KernelError as exc:
+                errors.append(str(exc))
+        return a
+
+    nkisim.profile(kernel, [((256, 8), np.float32)])
+    assert len(errors) == 4
+    assert errors[0] == errors[2] and "no elements" in errors[0]
+    assert errors[1] == errors[3] and "out of bounds" in errors[1]

@@ -65,6 +65,7 @@ class Tensor:
         "_region",
         "_row_box",
         "_start",
+        "_views",
         "array",
         "buffer",
         "defect",
@@ -99,6 +100,9 @@ class Tensor:
         self._start: int | None = None
         self._geometry: int | None = None
         self._row_box: tuple[int, int, int, int] | bool | None = None
+        #: An HBM view's block views made so far, by index (:func:`_index_key`): a kernel slices the same blocks
+        #: of its inputs and outputs again and again, in loops.
+        self._views: dict[tuple[object, ...], Tensor] | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
         #: Why this view may not be used (an empty slice, a pattern outside the tensor), or None.
@@ -146,10 +150,31 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         if self.defect is not None:
             raise self.defect
+        buffer = self.buffer
+        memo_key = None
+        if buffer not in ON_CHIP_BUFFERS and self.__class__ is Tensor:  # an HBM view: made once per index
+            memo_key = _index_key(index)
+            if memo_key is not None:
+                views = self._views
+                if views is None:
+                    views = self._views = {}
+                else:
+                    known = views.get(memo_key)
+                    if known is not None:
+                        return known
+        view = self._view(index, buffer)
+        if memo_key is not None and view.defect is None:
+            views = self._views
+            assert views is not None
+            if len(views) >= MAX_VIEWS:
+                views.clear()
+            views[memo_key] = view
+        return view
+
+    def _view(self, index: Any, buffer: Buffer) -> Tensor:
         key = self._normalise_index(index)
         array = self.array
         view = array[(*key, Ellipsis)]  # the Ellipsis keeps an all-integer index a 0-d view, not a copy
-        buffer = self.buffer
         if buffer in ON_CHIP_BUFFERS:
             while view.ndim < 2:
                 view = view[..., np.newaxis]
@@ -360,6 +385,36 @@ class Tensor:
 
 
 # -- access patterns (Tensor.ap) ------------------------------------------------------
+
+
+#: The block views an HBM view keeps (:attr:`Tensor._views`); one more starts the memo again.
+MAX_VIEWS = 1024
+
+
+def _index_key(index: Any) -> tuple[object, ...] | None:
+    """``index`` as a hashable key when it is made of Python ints, slices of ints and ``nl.ds`` of ints (else
+    None, not kept): a slice as its ``(start, stop, step)``, ``nl.ds(start, size)`` as its slice's, an int as
+    itself."""
+    items = index if index.__class__ is tuple else (index,)
+    key: list[object] = []
+    for item in items:
+        cls = item.__class__
+        if cls is slice:
+            start, stop, step = item.start, item.stop, item.step
+            if not (
+                (start is None or start.__class__ is int)
+                and (stop is None or stop.__class__ is int)
+                and (step is None or step.__class__ is int)
+            ):
+                return None
+            key.append((start, stop, step))
+        elif cls is int:
+            key.append(item)
+        elif cls is DynSlice and item.start.__class__ is int and item.size.__class__ is int:  # nl.ds: that slice
+            key.append((item.start, item.start + item.size, None))
+        else:
+            return None
+    return tuple(key)
 
 
 def _take_block_box(view: Tensor, box: tuple[int, int, int, int], key: tuple[Any, ...]) -> None:
