@@ -121,8 +121,9 @@ def _records(profile) -> list[tuple]:
     return list(zip(tl.opcode, tl.track, tl.start_ns, tl.end_ns, tl.busy_ns, tl.producer, tl.wait_ns, strict=True))
 
 
-def _run_both(kernel, inputs, monkeypatch):
-    """The run with waiting loads, the count of loads that waited, and the run with every copy made at once."""
+def _run_both(kernel, inputs, monkeypatch, check="warn"):
+    """The run with waiting loads and the count of loads that waited, checked against the run with every copy
+    made at once."""
     waited = []
     defer = DeferredCopies.defer
 
@@ -133,10 +134,10 @@ def _run_both(kernel, inputs, monkeypatch):
 
     with monkeypatch.context() as patch:
         patch.setattr(DeferredCopies, "defer", counting)
-        lazy = nkisim.run(kernel, inputs, check="warn")
+        lazy = nkisim.run(kernel, inputs, check=check)
     with monkeypatch.context() as patch:
         patch.setattr(Machine, "_may_wait", lambda self, spec, ops: None)
-        eager = nkisim.run(kernel, inputs, check="warn")
+        eager = nkisim.run(kernel, inputs, check=check)
     outs = lazy.outputs if isinstance(lazy.outputs, tuple) else (lazy.outputs,)
     eager_outs = eager.outputs if isinstance(eager.outputs, tuple) else (eager.outputs,)
     for got, want in zip(outs, eager_outs, strict=True):
@@ -146,9 +147,10 @@ def _run_both(kernel, inputs, monkeypatch):
     return lazy, sum(waited)
 
 
-def test_an_add_by_tiles_reads_its_loads_from_hbm(monkeypatch) -> None:
+@pytest.mark.parametrize("check", ["warn", "off", "strict"])
+def test_an_add_by_tiles_reads_its_loads_from_hbm(check, monkeypatch) -> None:
     a, b = rand(ROWS, COLS), rand(ROWS, COLS, seed=1)
-    result, waited = _run_both(add_by_tiles, [a, b], monkeypatch)
+    result, waited = _run_both(add_by_tiles, [a, b], monkeypatch, check)
     assert waited == 2 * ROWS // 128
     np.testing.assert_array_equal(result.outputs, a + b)
 
@@ -303,3 +305,79 @@ def test_a_load_that_rounds_to_tfloat32_is_made_at_once(monkeypatch) -> None:
     assert waited == 0
     expected = np.array([1.0, 1 + 2 * 2**-10, 1.0, -(1 + 2**-10)], np.float32)
     np.testing.assert_array_equal(result.outputs, np.broadcast_to(expected, a.shape))
+
+
+# -- NaN payloads: of two NaN operands, numpy's loops keep either by layout ---------------------------------
+
+
+def _nan_tiles(shape, first: int, second: int) -> list[np.ndarray]:
+    """Two float32 inputs, every element a quiet NaN, with payloads ``first`` and ``second``."""
+    return [np.full(shape, bits, np.uint32).view(np.float32) for bits in (first, second)]
+
+
+def _elementwise_of_loads(dst_dtype, op, scalar_tile: bool):
+    def kernel(a, b):
+        x = _load(a)
+        t = nl.ndarray(a.shape, dst_dtype, buffer=nl.sbuf)
+        if scalar_tile:  # a (P, 1) column of b's NaNs as operand0, a load of its own
+            column = _load(b[:, 0:1] if len(b.shape) == 2 else b[:, 0, 0:1])
+            nisa.tensor_scalar(dst=t, data=x, op0=op, operand0=column)
+        else:
+            nisa.tensor_tensor(dst=t, data1=x, data2=_load(b), op=op)
+        out = nl.ndarray(a.shape, dst_dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("shape", [(128, 100), (2, 63), (128, 4, 25)])
+@pytest.mark.parametrize("dst_dtype", ["float32", "float16", "tfloat32", "bfloat16"])
+@pytest.mark.parametrize("op", ["add", "multiply"])
+@pytest.mark.parametrize("scalar_tile", [False, True], ids=["tensor_tensor", "tensor_scalar"])
+def test_two_nans_keep_the_payload_a_run_with_copies_keeps(shape, dst_dtype, op, scalar_tile, monkeypatch) -> None:
+    """NaN + NaN keeps one operand's payload, and which one numpy's loops keep depends on the operands' layout:
+    where it may differ the loads do not wait (``_run_both`` compares the bits). Every element is a NaN."""
+    a, b = _nan_tiles(shape, 0x7FC02000, 0x7FC04000)
+    kernel = _elementwise_of_loads(getattr(nl, dst_dtype), getattr(nl, op), scalar_tile)
+    result, _ = _run_both(kernel, [a, b], monkeypatch)
+    assert np.isnan(result.outputs.astype(np.float32)).all()
+
+
+def test_a_scalar_operand_that_is_not_nan_lets_the_load_wait(monkeypatch) -> None:
+    """``data * 2.0``: a NaN of ``data`` stays its own NaN in any loop, so the load waits."""
+    a = np.full((2, 63), 0x7FC02000, np.uint32).view(np.float32)
+
+    def kernel(a):
+        t = nl.ndarray(a.shape, nl.float16, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=t, data=_load(a), op0=nl.multiply, operand0=2.0)
+        out = nl.ndarray(a.shape, nl.float16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    result, waited = _run_both(kernel, [a], monkeypatch)
+    assert waited == 1
+    assert (result.outputs.view(np.uint16) == 0x7E01).all()  # float32 payload 0x402000 >> 13, quiet
+
+
+class _Node:
+    """A loaded tile in a reference cycle (parent <-> child): the cycle collector frees it, at any allocation."""
+
+    def __init__(self, tile) -> None:
+        self.tile, self.parent = tile, self
+
+
+def test_tiles_the_cycle_collector_frees_while_a_store_settles_the_copies(monkeypatch) -> None:
+    """A store to HBM walks the waiting copies; a collection in that walk may free waiting tiles."""
+    a = np.arange(128, dtype=np.float32).reshape(128, 1)
+
+    def kernel(a):
+        out = nl.ndarray((128, 1), a.dtype, buffer=nl.shared_hbm)
+        for _ in range(3000):
+            _Node(_load(a))  # cyclic garbage holding a tile whose load waits
+            nisa.dma_copy(dst=out, src=_load(a))
+        return out
+
+    result, waited = _run_both(kernel, [a], monkeypatch, check="off")
+    assert waited > 0
+    np.testing.assert_array_equal(result.outputs, a)

@@ -173,7 +173,7 @@ def _integer_native(ops: TensorTensorOps) -> bool:
     choose_engine=_tensor_tensor_engine,
     dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst; int32/uint32 on GpSimd: integer)",
     overwrites=sets_all_of_dst,
-    reads_values=lambda ops: _layout_free(ops.op),
+    reads_values=lambda ops: _tensor_tensor_layout_free(ops),
 )
 def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits).
@@ -216,11 +216,40 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
 
 
-def _layout_free(op: Op) -> bool:
-    """Whether ``op`` gives the same bits from operands of any layout: bit operations, and the correctly rounded
-    arithmetic of :data:`BINARY_F32_CODES` (numpy's transcendental loops, and the sign of a tie of zeros in
-    ``maximum``, follow the layout)."""
-    return op.is_bitvec or op.binary in BINARY_F32_CODES
+def _tensor_tensor_layout_free(ops: TensorTensorOps) -> bool:
+    """Whether :func:`tensor_tensor` gives the same bits from operands of any layout (``reads_values``).
+
+    Bit operations and 32-bit integer arithmetic do; float arithmetic only on the compiled path
+    (:func:`binary_f32`, float32 in and out, one shape), which keeps the first operand's NaN of two. numpy's
+    loops keep either NaN of two by layout, its transcendental loops round by layout, and ``maximum`` gives a
+    tie of zeros the sign its loop gives.
+    """
+    op = ops.op
+    if op.is_bitvec or _integer_native(ops):
+        return True
+    if op.binary not in BINARY_F32_CODES or is_tfloat32(ops.dst.dtype):
+        return False
+    dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
+    return (
+        dst.ndim == 2
+        and dst.dtype == data1.dtype == data2.dtype == F32
+        and dst.shape == data1.shape == data2.shape
+        and _each_element_apart(dst)
+    )
+
+
+def _tensor_scalar_layout_free(ops: TensorScalarOps) -> bool:
+    """Whether :func:`tensor_scalar` gives the same bits from a ``data`` of any layout (``reads_values``): bit
+    operations, or correctly rounded arithmetic with scalars that are not NaN (a NaN result is then ``data``'s
+    own NaN whatever the loop; of two NaNs, numpy's loops keep either by layout)."""
+    for op, operand in ((ops.op0, ops.operand0), (ops.op1, ops.operand1)):
+        if op is None:
+            continue
+        if op.is_bitvec:
+            continue
+        if op.binary not in BINARY_F32_CODES or operand.__class__ not in (int, float) or operand != operand:
+            return False
+    return True
 
 
 def _each_element_apart(array: np.ndarray) -> bool:
@@ -316,7 +345,7 @@ def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> C
     choose_engine=_choose_vector,
     dtypes="integer types for bitvec ops; any for arithmetic, operand0/operand1 fp32",
     overwrites=sets_all_of_dst,
-    reads_values=lambda ops: _layout_free(ops.op0) and (ops.op1 is None or _layout_free(ops.op1)),
+    reads_values=lambda ops: _tensor_scalar_layout_free(ops),
 )
 def tensor_scalar(ops: TensorScalarOps, state: EngineState) -> None:
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or ``(P, 1)`` columns."""

@@ -78,8 +78,10 @@ class DeferredCopies(dict[int, tuple[np.ndarray, Tensor, bool]]):
                 self.make(t.uid)
             elif not t.buffer.is_on_chip:  # an HBM write: the values waiting in that tensor are copied first
                 storage = t.storage
-                for uid, (_, src, _) in list(self.items()):  # a copy: the garbage collector may free a tile
-                    if src.storage is storage:
+                # the keys alone: a list of them makes no new object, so no collection can free a tile meanwhile
+                for uid in list(self):
+                    entry = self.get(uid)
+                    if entry is not None and entry[1].storage is storage:
                         self.make(uid)
         substitutes = None
         for name, t in reads:
