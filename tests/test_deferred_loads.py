@@ -121,23 +121,30 @@ def _records(profile) -> list[tuple]:
     return list(zip(tl.opcode, tl.track, tl.start_ns, tl.end_ns, tl.busy_ns, tl.producer, tl.wait_ns, strict=True))
 
 
-def _run_both(kernel, inputs, monkeypatch, check="warn"):
+def _run_both(kernel, inputs, monkeypatch, check="warn", target=None):
     """The run with waiting loads and the count of loads that waited, checked against the run with every copy
     made at once."""
-    waited = []
-    defer = DeferredCopies.defer
+    waited, given = [], []
+    defer, settle = DeferredCopies.defer, DeferredCopies.settle
 
     def counting(self, dst, src):
         kept = defer(self, dst, src)
         waited.append(kept)
         return kept
 
+    def substituting(self, *args):
+        substitutes = settle(self, *args)
+        given.extend(substitutes or ())
+        return substitutes
+
     with monkeypatch.context() as patch:
         patch.setattr(DeferredCopies, "defer", counting)
-        lazy = nkisim.run(kernel, inputs, check=check)
+        patch.setattr(DeferredCopies, "settle", substituting)
+        lazy = nkisim.run(kernel, inputs, check=check, target=target)
+    _run_both.given = given  # the operands given an HBM view, for the tests that look
     with monkeypatch.context() as patch:
         patch.setattr(Machine, "_may_wait", lambda self, spec, ops: None)
-        eager = nkisim.run(kernel, inputs, check=check)
+        eager = nkisim.run(kernel, inputs, check=check, target=target)
     outs = lazy.outputs if isinstance(lazy.outputs, tuple) else (lazy.outputs,)
     eager_outs = eager.outputs if isinstance(eager.outputs, tuple) else (eager.outputs,)
     for got, want in zip(outs, eager_outs, strict=True):
@@ -152,6 +159,7 @@ def test_an_add_by_tiles_reads_its_loads_from_hbm(check, monkeypatch) -> None:
     a, b = rand(ROWS, COLS), rand(ROWS, COLS, seed=1)
     result, waited = _run_both(add_by_tiles, [a, b], monkeypatch, check)
     assert waited == 2 * ROWS // 128
+    assert _run_both.given == ["data1", "data2"] * (ROWS // 128)
     np.testing.assert_array_equal(result.outputs, a + b)
 
 
@@ -381,3 +389,80 @@ def test_tiles_the_cycle_collector_frees_while_a_store_settles_the_copies(monkey
     result, waited = _run_both(kernel, [a], monkeypatch, check="off")
     assert waited > 0
     np.testing.assert_array_equal(result.outputs, a)
+
+
+def narrow_matmul_and_activations(a, b, bias):
+    """A bfloat16 matmul and activations with scalar scale and bias read their loads from HBM; an activation
+    with a tile bias (a column read through a view of a loaded tile) gets the copies first."""
+    out = nl.ndarray((64, 64), nl.float32, buffer=nl.shared_hbm)
+    acts = nl.ndarray((128, 2 * COLS), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((64, 64), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc, stationary=_load(a[0:128]), moving=_load(b[0:128]))
+    got = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=got, src=acc)
+    nisa.dma_copy(dst=out, src=got)
+    for i, column in enumerate((None, bias)):
+        scaled = nl.ndarray((128, COLS), nl.float32, buffer=nl.sbuf)
+        data = _load(a[128 * (i + 1) : 128 * (i + 2)])
+        if column is None:
+            nisa.activation(dst=scaled, op=nl.exp, data=data, scale=0.5, bias=0.25)
+        else:
+            nisa.activation(dst=scaled, op=nl.exp, data=data, scale=0.5, bias=_load(column)[:, 0:1])
+        nisa.dma_copy(dst=acts[:, COLS * i : COLS * (i + 1)], src=scaled)
+    return out, acts
+
+
+def test_a_bf16_matmul_and_scalar_activations_read_loads_from_hbm(monkeypatch) -> None:
+    import ml_dtypes
+
+    a = rand(ROWS, COLS).astype(ml_dtypes.bfloat16)
+    b = rand(ROWS, COLS, seed=1).astype(ml_dtypes.bfloat16)
+    bias = rand(128, 2, seed=2)
+    result, waited = _run_both(narrow_matmul_and_activations, [a, b, bias], monkeypatch, target="trn2")  # scalar bias
+    assert waited == 5
+    assert _run_both.given == ["stationary", "moving", "data"]  # not the activation with a tile bias
+    product, acts = result.outputs
+    wide = a.astype(np.float32)
+    np.testing.assert_allclose(product, wide[0:128].T @ b[0:128].astype(np.float32), rtol=1e-5, atol=1e-4)
+    expected = [np.exp(0.5 * wide[128:256] + 0.25), np.exp(0.5 * wide[256:384] + bias[:, 0:1])]
+    np.testing.assert_allclose(acts.astype(np.float32), np.concatenate(expected, axis=1), rtol=1e-2)
+
+
+@pytest.mark.parametrize("function", ["exp", "copy", "tanh"])
+def test_an_activation_of_nans_keeps_their_payload(function, monkeypatch) -> None:
+    """``op(data * 0.5)`` of NaNs of one payload: the same NaN bits whether ``data`` is read from HBM or SBUF
+    (``_run_both``); the function may give its own NaN (numpy's ``exp`` does), a copy keeps the payload."""
+    (a,) = _nan_tiles((128, 100), 0x7FC02000, 0x7FC02000)[:1]
+
+    def kernel(a):
+        t = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=t, op=getattr(nl, function), data=_load(a), scale=0.5)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    result, waited = _run_both(kernel, [a], monkeypatch)
+    assert waited == 1 and _run_both.given == ["data"]
+    assert np.isnan(result.outputs).all()
+    if function == "copy":
+        assert (result.outputs.view(np.uint32) == 0x7FC02000).all()
+
+
+def test_a_float32_matmul_gets_its_copies_first(monkeypatch) -> None:
+    """BLAS is given float32 views in place, and its result can follow their strides: [26, 1].T @ [26, 431] (a
+    matrix-vector product) gives other bits from a contiguous HBM view than from SBUF rows here, so the loads of
+    a float32 matmul are copied first."""
+    a, b = rand(26, 1, seed=4), rand(26, 431, seed=5)
+
+    def kernel(a, b):
+        acc = nl.ndarray((1, 431), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=_load(a), moving=_load(b))
+        got = nl.ndarray((1, 431), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=got, src=acc)
+        out = nl.ndarray((1, 431), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=got)
+        return out
+
+    result, waited = _run_both(kernel, [a, b], monkeypatch)
+    assert waited == 2 and _run_both.given == []
+    np.testing.assert_allclose(result.outputs, a.T @ b, rtol=1e-5, atol=1e-5)

@@ -97,6 +97,7 @@ def _activation_cost(ops: ActivationOps, hw: HwConfig, engine: Engine) -> Cost:
     validate=_activation_validate,
     dtypes="any (fp32 math, cast to dst); scale fp32, bias fp32/fp16/bf16",
     overwrites=sets_all_of_dst,
+    reads_values=lambda ops: _plain_number(ops.scale) and (ops.bias is None or _plain_number(ops.bias)),
 )
 def activation(ops: ActivationOps, state: EngineState) -> None:
     """``dst = op(data * scale + bias)``, then an optional add-reduction into ``reduce_regs``.
@@ -115,6 +116,16 @@ def activation(ops: ActivationOps, state: EngineState) -> None:
         regs += out.sum(axis=1, dtype=np.float32)
     if ops.reduce_res is not None:
         write(ops.reduce_res, regs.reshape(p, 1))
+
+
+def _plain_number(value: object) -> bool:
+    """Whether ``value`` is a Python number that is not NaN.
+
+    With scalar ``scale`` and ``bias`` :func:`_activate` computes ``data * scale + bias`` into a new array whatever
+    ``data``'s layout (correctly rounded, and a NaN of ``data`` stays its own), then the function over that array:
+    the same bits from ``data`` anywhere (``InstructionSpec.reads_values``).
+    """
+    return value.__class__ in (int, float) and value == value
 
 
 def _activate(ops: ActivationOps | ActivationReduceOps) -> np.ndarray:

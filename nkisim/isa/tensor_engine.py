@@ -189,6 +189,9 @@ def matmul_accumulates(ops: NcMatmulOps) -> bool | None:
     accumulates=matmul_accumulates,
     # accumulate=None adds only where this tile's own matmuls wrote: nowhere in a tile never written
     overwrites=lambda ops: ops.accumulate is not True,
+    # narrow inputs are widened into new float32 arrays (or, transposed, copied bit for bit) whatever their layout;
+    # BLAS given float32 views in place may round otherwise for other strides
+    reads_values=lambda ops: not _is_fp32_class(ops.stationary) and not _is_fp32_class(ops.moving),
     dtypes="inputs fp8/bf16/fp16/tf32/fp32 (fp32/tf32 only with each other), dst fp32 (v4: or bf16)",
 )
 def nc_matmul(ops: NcMatmulOps, state: EngineState) -> None:
