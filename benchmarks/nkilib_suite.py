@@ -248,8 +248,12 @@ def run_suite(
             else:
                 replaced = lambda r: _in_families(r["family"], families)  # noqa: E731
             record["tests"] = [r for r in old["tests"] if not replaced(r)] + rows
+            # the record's own wall time, families, worker count and stop are its first run's; this run's are its
+            # entry in the re-runs
             record["wall_s"] = old["wall_s"]
             record["families"] = old.get("families", [])
+            record["workers"] = old.get("workers", 2)  # runs recorded before the count was kept used -n 2
+            record["interrupted"] = old.get("interrupted", False)
             rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": workers}
             if again:
                 rerun_entry["tests"] = len(again)

@@ -284,7 +284,7 @@ def test_an_interrupted_rerun_keeps_the_recorded_outcome_of_the_tests_it_did_not
     # only test_s[0] finished before Ctrl-C
     checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/qkv", old, [(cls, "test_s[0]")], code)
     record = suite.run_suite(checkout, "trn2", 1, True, ["core/qkv"], timeout=900, rerun="Timeout")
-    assert record["interrupted"]
+    assert not record["interrupted"]  # the first run's; the re-run's stop is in its own entry
     outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
     assert outcomes == {"test_s[0]": "passed", "test_s[1]": "failed", "test_s[2]": "failed"}
     assert record["reruns"][-1] == {
@@ -371,3 +371,18 @@ def test_a_full_disk_is_its_own_verdict():
     }
     assert suite.triage(row)[0] == "disk"
     assert "disk" in suite.VERDICTS
+
+
+def test_a_partial_run_leaves_the_first_runs_worker_count_and_stop_to_the_record(tmp_path, monkeypatch):
+    """The record's "Wall time" line is its first run's: a later run of some families with another -n, done
+    to the end, is listed apart with its own -n and does not relabel the first."""
+    import json
+
+    cls = "integration.nkilib.core.max.test_max.T"
+    old = [{"id": f"{cls}::test_m", "family": "core/max", "outcome": "failed", "message": "Failed: Timeout"}]
+    checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/max", old, [(cls, "test_m")])
+    first = json.loads(suite.results_path("trn2", True).read_text())
+    suite.results_path("trn2", True).write_text(json.dumps({**first, "workers": 2, "interrupted": True}))
+    record = suite.run_suite(checkout, "trn2", 1, True, ["core/max"])
+    assert (record["workers"], record["interrupted"]) == (2, True)
+    assert record["reruns"][-1]["workers"] == 1 and "interrupted_after" not in record["reruns"][-1]
