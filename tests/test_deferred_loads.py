@@ -466,3 +466,54 @@ def test_a_float32_matmul_gets_its_copies_first(monkeypatch) -> None:
     result, waited = _run_both(kernel, [a, b], monkeypatch)
     assert waited == 2 and _run_both.given == []
     np.testing.assert_allclose(result.outputs, a.T @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_load_from_a_transposed_view_is_copied_at_once(monkeypatch) -> None:
+    """numpy lays out what it computes in the memory order of the view it reads, and a sum over another order
+    rounds otherwise: an activation's reduction of a tile loaded from a transposed HBM view (columns as rows)
+    must add the tile's rows in the tile's order, so that load does not wait."""
+    parts, free = 128, 512
+    a = rand(free, parts, seed=6)
+
+    def kernel(a):
+        t = nl.ndarray((parts, free), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap([[1, parts], [parts, free]]))  # t[p, f] = a[f, p]
+        dst = nl.ndarray((parts, free), nl.float32, buffer=nl.sbuf)
+        sums = nl.ndarray((parts, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activation(
+            dst=dst, op=nl.copy, data=t, scale=1.0, bias=0.0, reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_res=sums
+        )
+        out = nl.ndarray((parts, 1), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=sums)
+        return out
+
+    result, waited = _run_both(kernel, [a], monkeypatch, target="trn2")
+    assert waited == 0 and _run_both.given == []
+    np.testing.assert_allclose(result.outputs[:, 0], a.sum(axis=0), rtol=1e-4, atol=1e-4)
+
+
+def test_runs_that_slice_an_hbm_output_leave_nothing_behind() -> None:
+    """A view's kept blocks refer to no tensor: six runs that slice their 32 MiB output hold no memory after them,
+    without the garbage collector (a kept view would refer back to its tensor, a cycle only it frees)."""
+    import gc
+    import tracemalloc
+
+    def kernel(x):
+        out = nl.ndarray((4096, 2048), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:128, 0:256], src=_load(x))
+        nisa.dma_copy(dst=out[0:128, 0:256], src=_load(x))
+        return x
+
+    x = np.ones((128, 256), np.float32)
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        held = []
+        for _ in range(6):
+            nkisim.run(kernel, [x])
+            held.append(tracemalloc.get_traced_memory()[0])
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert max(held) < 4 << 20, [h >> 20 for h in held]

@@ -37,12 +37,14 @@ class DeferredCopies(dict[int, tuple[np.ndarray, Tensor, bool]]):
 
     def defer(self, dst: Tensor, src: Tensor) -> bool:
         """Keep ``src``'s values for the whole tile ``dst`` (same dtype and element count) without copying them;
-        False (nothing kept) when ``src`` has no view in ``dst``'s shape."""
+        False (nothing kept) when ``src`` has no view in ``dst``'s shape whose elements lie in the tile's order."""
         if src.shape != dst.shape:
             values = src.array.reshape(dst.shape)
             if not np.may_share_memory(values, src.array):  # numpy had to copy: keep to the copy
                 return False
             src = Tensor(values, src.dtype, src.buffer, src.name, src.storage, src._base or src)
+        if not _in_row_major_order(src.array):
+            return False
         self[dst.uid] = (dst.array, src, False)
         return True
 
@@ -101,6 +103,20 @@ class DeferredCopies(dict[int, tuple[np.ndarray, Tensor, bool]]):
                 if entry is not None:
                     self[uid] = (entry[0], src, True)
         return substitutes  # still right if a view of the same tile made its copy: the HBM values are unchanged
+
+
+def _in_row_major_order(array: np.ndarray) -> bool:
+    """Whether ``array``'s elements lie in memory in row-major order, as a tile's do (steps positive and falling
+    over the dims longer than one, gaps allowed). numpy lays out what it computes from a view in the view's
+    memory order, and a sum or a matrix product over another order rounds otherwise: a transposed HBM view may
+    not stand for a tile."""
+    last = None
+    for size, stride in zip(array.shape, array.strides):
+        if size > 1:
+            if stride <= 0 or (last is not None and stride >= last):
+                return False
+            last = stride
+    return True
 
 
 def _copy(dst: np.ndarray, src: Tensor) -> None:

@@ -100,9 +100,10 @@ class Tensor:
         self._start: int | None = None
         self._geometry: int | None = None
         self._row_box: tuple[int, int, int, int] | bool | None = None
-        #: An HBM view's block views made so far, by index (:func:`_index_key`): a kernel slices the same blocks
-        #: of its inputs and outputs again and again, in loops.
-        self._views: dict[tuple[object, ...], Tensor] | None = None
+        #: An HBM view's block views worked out so far, by index (:func:`_index_key`): each one's array, byte
+        #: offset, box, region and geometry, as a kernel slices the same blocks of its inputs and outputs again
+        #: and again, in loops.
+        self._views: dict[tuple[object, ...], tuple[Any, ...]] | None = None
         #: One number per allocation, shared by its views: PSUM accumulation belongs to a tile, not to bytes.
         self.uid: int = next(_tensor_ids) if base is None else base.uid
         #: Why this view may not be used (an empty slice, a pattern outside the tensor), or None.
@@ -152,7 +153,7 @@ class Tensor:
             raise self.defect
         buffer = self.buffer
         memo_key = None
-        if buffer not in ON_CHIP_BUFFERS and self.__class__ is Tensor:  # an HBM view: made once per index
+        if buffer not in ON_CHIP_BUFFERS and self.__class__ is Tensor:  # an HBM view: worked out once per index
             memo_key = _index_key(index)
             if memo_key is not None:
                 views = self._views
@@ -161,14 +162,19 @@ class Tensor:
                 else:
                     known = views.get(memo_key)
                     if known is not None:
-                        return known
+                        array, start, box, region, geometry = known
+                        view = Tensor(array, self.dtype, buffer, self.name, self.storage, self._base or self, start)
+                        view._row_box, view._region, view._geometry = box, region, geometry
+                        return view
         view = self._view(index, buffer)
         if memo_key is not None and view.defect is None:
             views = self._views
             assert views is not None
             if len(views) >= MAX_VIEWS:
                 views.clear()
-            views[memo_key] = view
+            # what the view is made of, not the view: one would refer back to this tensor, a cycle that only the
+            # garbage collector frees (with the tensor's bytes)
+            views[memo_key] = (view.array, view.byte_offset, view._row_box, view.region, view.geometry)
         return view
 
     def _view(self, index: Any, buffer: Buffer) -> Tensor:
