@@ -517,3 +517,28 @@ def test_runs_that_slice_an_hbm_output_leave_nothing_behind() -> None:
         tracemalloc.stop()
         gc.enable()
     assert max(held) < 4 << 20, [h >> 20 for h in held]
+
+
+@pytest.mark.parametrize(
+    ("source", "tile", "waits"),
+    [
+        ((128, 2, 32), (128, 64), True),  # the same elements in row-major order: a view of the tile's shape
+        ((64, 4, 32), (128, 32), False),  # [:, 0:2] of it: rows 2 apart, no view of [128, 32] but a copy
+    ],
+)
+def test_a_load_of_another_shape_waits_as_a_view_of_the_tiles_shape(source, tile, waits, monkeypatch) -> None:
+    a = rand(*source, seed=7)
+    block = a if waits else a[:, 0:2]
+
+    def kernel(a):
+        t = nl.ndarray(tile, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a if waits else a[:, 0:2])
+        doubled = nl.ndarray(tile, nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=doubled, data1=t, data2=t, op=nl.add)
+        out = nl.ndarray(tile, nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=doubled)
+        return out
+
+    result, waited = _run_both(kernel, [a], monkeypatch)
+    assert waited == waits and _run_both.given == (["data1", "data2"] if waits else [])
+    np.testing.assert_array_equal(result.outputs, (block + block).reshape(tile))
