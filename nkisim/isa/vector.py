@@ -163,6 +163,40 @@ def _integer_native(ops: TensorTensorOps) -> bool:
     return (ops.engine if ops.engine is not Engine.unknown else _tensor_tensor_engine(ops)) is Engine.gpsimd
 
 
+def _tensor_tensor_layout_free(ops: TensorTensorOps) -> bool:
+    """Whether :func:`tensor_tensor` gives the same bits from operands of any layout (``reads_values``).
+
+    Bit operations and 32-bit integer arithmetic do; float arithmetic only on the compiled path
+    (:func:`binary_f32`, float32 in and out, one shape), which keeps the first operand's NaN of two. numpy's
+    loops keep either NaN of two by layout, its transcendental loops round by layout, and ``maximum`` gives a
+    tie of zeros the sign its loop gives.
+    """
+    op = ops.op
+    if op.is_bitvec or _integer_native(ops):
+        return True
+    if op.binary not in BINARY_F32_CODES or is_tfloat32(ops.dst.dtype):
+        return False
+    dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
+    return (
+        dst.ndim == 2
+        and dst.dtype == data1.dtype == data2.dtype == F32
+        and dst.shape == data1.shape == data2.shape
+        and _each_element_apart(dst)
+    )
+
+
+def _tensor_scalar_layout_free(ops: TensorScalarOps) -> bool:
+    """Whether :func:`tensor_scalar` gives the same bits from a ``data`` of any layout (``reads_values``): bit
+    operations, or correctly rounded arithmetic with scalars that are not NaN (a NaN result is then ``data``'s
+    own NaN whatever the loop; of two NaNs, numpy's loops keep either by layout)."""
+    for op, operand in ((ops.op0, ops.operand0), (ops.op1, ops.operand1)):
+        if op is None or op.is_bitvec:
+            continue
+        if op.binary not in BINARY_F32_CODES or operand.__class__ not in (int, float) or operand != operand:
+            return False
+    return True
+
+
 @instruction(
     "tensor_tensor",
     TensorTensorOps,
@@ -173,7 +207,7 @@ def _integer_native(ops: TensorTensorOps) -> bool:
     choose_engine=_tensor_tensor_engine,
     dtypes="integer types for bitvec ops; any for arithmetic (fp32 math, cast to dst; int32/uint32 on GpSimd: integer)",
     overwrites=sets_all_of_dst,
-    reads_values=lambda ops: _tensor_tensor_layout_free(ops),
+    reads_values=_tensor_tensor_layout_free,
 )
 def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
     """Element-wise ``dst = op(data1, data2)`` in float32 (bitvec ops: on the integer bits).
@@ -214,42 +248,6 @@ def tensor_tensor(ops: TensorTensorOps, state: EngineState) -> None:
         ops.dst.array[...] = result.astype(np.uint32).view(ops.dst.dtype).reshape(ops.dst.shape)
         return
     write(ops.dst, apply_alu(ops.op, as_rows(f32(ops.data1), p), as_rows(f32(ops.data2), p), False))
-
-
-def _tensor_tensor_layout_free(ops: TensorTensorOps) -> bool:
-    """Whether :func:`tensor_tensor` gives the same bits from operands of any layout (``reads_values``).
-
-    Bit operations and 32-bit integer arithmetic do; float arithmetic only on the compiled path
-    (:func:`binary_f32`, float32 in and out, one shape), which keeps the first operand's NaN of two. numpy's
-    loops keep either NaN of two by layout, its transcendental loops round by layout, and ``maximum`` gives a
-    tie of zeros the sign its loop gives.
-    """
-    op = ops.op
-    if op.is_bitvec or _integer_native(ops):
-        return True
-    if op.binary not in BINARY_F32_CODES or is_tfloat32(ops.dst.dtype):
-        return False
-    dst, data1, data2 = ops.dst.array, ops.data1.array, ops.data2.array
-    return (
-        dst.ndim == 2
-        and dst.dtype == data1.dtype == data2.dtype == F32
-        and dst.shape == data1.shape == data2.shape
-        and _each_element_apart(dst)
-    )
-
-
-def _tensor_scalar_layout_free(ops: TensorScalarOps) -> bool:
-    """Whether :func:`tensor_scalar` gives the same bits from a ``data`` of any layout (``reads_values``): bit
-    operations, or correctly rounded arithmetic with scalars that are not NaN (a NaN result is then ``data``'s
-    own NaN whatever the loop; of two NaNs, numpy's loops keep either by layout)."""
-    for op, operand in ((ops.op0, ops.operand0), (ops.op1, ops.operand1)):
-        if op is None:
-            continue
-        if op.is_bitvec:
-            continue
-        if op.binary not in BINARY_F32_CODES or operand.__class__ not in (int, float) or operand != operand:
-            return False
-    return True
 
 
 def _each_element_apart(array: np.ndarray) -> bool:
@@ -345,7 +343,7 @@ def _tensor_scalar_cost(ops: TensorScalarOps, hw: HwConfig, engine: Engine) -> C
     choose_engine=_choose_vector,
     dtypes="integer types for bitvec ops; any for arithmetic, operand0/operand1 fp32",
     overwrites=sets_all_of_dst,
-    reads_values=lambda ops: _tensor_scalar_layout_free(ops),
+    reads_values=_tensor_scalar_layout_free,
 )
 def tensor_scalar(ops: TensorScalarOps, state: EngineState) -> None:
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or ``(P, 1)`` columns."""

@@ -85,24 +85,22 @@ class DeferredCopies(dict[int, tuple[np.ndarray, Tensor, bool]]):
                     entry = self.get(uid)
                     if entry is not None and entry[1].storage is storage:
                         self.make(uid)
-        substitutes = None
+        substitutes: dict[str, Tensor] = {}
+        read: list[int] = []
         for name, t in reads:
             entry = self.get(t.uid)
             if entry is None:
                 continue
             if not entry[2] and t._base is None and getattr(ops, name, None) is t:  # the tile itself, read first
-                if substitutes is None:
-                    substitutes = {}
                 substitutes[name] = entry[1]
+                read.append(t.uid)
             else:
                 self.make(t.uid)
-        if substitutes is not None:
-            for name, src in substitutes.items():
-                uid = ops.__dict__[name].uid
-                entry = self.get(uid)
-                if entry is not None:
-                    self[uid] = (entry[0], src, True)
-        return substitutes  # still right if a view of the same tile made its copy: the HBM values are unchanged
+        for uid in read:  # read once now: the next read makes the copy
+            entry = self.get(uid)
+            if entry is not None:
+                self[uid] = (entry[0], entry[1], True)
+        return substitutes or None  # still right if a view of the same tile made its copy: HBM is unchanged
 
 
 def _in_row_major_order(array: np.ndarray) -> bool:

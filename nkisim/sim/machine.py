@@ -479,8 +479,10 @@ class Machine:
         """``(dst, src)`` when this copy's values may wait in HBM (:mod:`nkisim.memory.deferred`): a plain copy from
         HBM into a whole new automatic SBUF tile (one whose poison is not made yet), in a run that records no
         program; else None."""
+        if self.recorder is not None:
+            return None
         pair = spec.copies(ops)  # type: ignore[misc]
-        if pair is None or self.recorder is not None:
+        if pair is None:
             return None
         dst, src = pair
         if (
