@@ -108,6 +108,9 @@ class KernelContext:
         #: On-chip tiles whose fill waits for their first use, by allocation (``uid``): the tile
         #: (weakly: a tile never used is never filled), the value and the line that asked for it.
         self.lazy_fills: dict[int, tuple[weakref.ref[Tensor], Any, SourceLoc]] = {}
+        #: A weak reference to this context, one for every instruction handle (a handle must not keep a finished
+        #: run's memory alive).
+        self.weak = weakref.ref(self)
         #: The loops that run on the device (``nl.fori_loop``, ``nl.while_loop``, ``nl.dynamic_range``)
         #: the kernel is inside now, outermost first, as (loop number, iteration).
         self.dynamic_scope: tuple[tuple[int, int], ...] = ()

@@ -17,7 +17,6 @@ are unrolled and do not count.
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING
 
 from nkisim.errors import DependencyError, OperandError, SourceLoc, user_location
@@ -37,7 +36,7 @@ class NkiInstruction:
     __slots__ = ("_ctx", "_index", "_loc", "_opcode", "_scope")
 
     def __init__(self, ctx: KernelContext, index: int, opcode: str, loc: SourceLoc) -> None:
-        self._ctx = weakref.ref(ctx)
+        self._ctx = ctx.weak
         self._index = index
         self._opcode = opcode
         self._loc = loc

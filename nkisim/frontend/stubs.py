@@ -14,6 +14,7 @@ from nkisim.frontend.context import current_context
 from nkisim.frontend.handles import NkiInstruction
 from nkisim.isa import REGISTRY, InstructionSpec
 from nkisim.memory import Tensor, dtype_name, to_dtype
+from nkisim.sim import Instruction
 
 
 def make_stub(spec: InstructionSpec, module: str = "nkisim.nki.isa") -> Callable[..., NkiInstruction]:
@@ -52,7 +53,11 @@ def make_stub(spec: InstructionSpec, module: str = "nkisim.nki.isa") -> Callable
         ctx = current_context()
         if not known.issuperset(kwargs):
             _reject_unknown(qualname, order, kwargs, loc, ctx.hw.name)
-        return NkiInstruction(ctx, ctx.emit(name, kwargs, loc), qualname, loc)
+        if ctx.deferred is None and not ctx.lazy_fills:  # what emit does then, without its call
+            index = ctx.machine.issue(Instruction(name, kwargs, loc))
+        else:
+            index = ctx.emit(name, kwargs, loc)
+        return NkiInstruction(ctx, index, qualname, loc)
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = spec.doc

@@ -59,8 +59,9 @@ NKI_DTYPES: dict[str, np.dtype] = {
 
 _BY_NAME: dict[str, np.dtype] = {**NKI_DTYPES, "bool": NKI_DTYPES["bool_"]}
 _SUPPORTED = set(NKI_DTYPES.values())
-#: The plain NKI dtype objects (no metadata) by identity: ``nl.float32`` and the like, told apart without hashing.
-_PLAIN_BY_ID = {id(d): d for d in NKI_DTYPES.values() if not d.metadata}
+#: The plain NKI dtype objects (no metadata) by identity: ``nl.float32`` and the like, told apart without hashing
+#: (``PLAIN_DTYPES.get(id(value)) is value``).
+PLAIN_DTYPES: dict[int, np.dtype] = {id(d): d for d in NKI_DTYPES.values() if not d.metadata}
 _NOT_FOUND = object()
 _FLOAT8 = {NKI_DTYPES[n] for n in ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")}
 
@@ -72,7 +73,7 @@ def to_dtype(value: Any) -> np.dtype:
         TypeError: if the value names no NKI data type.
     """
     # the usual case, an ``nl`` constant (dtype equality ignores metadata: tfloat32 == float32, hence the test)
-    if _PLAIN_BY_ID.get(id(value), _NOT_FOUND) is value:
+    if PLAIN_DTYPES.get(id(value), _NOT_FOUND) is value:
         return value
     if isinstance(value, np.dtype) and not value.metadata and value in _SUPPORTED:
         return value

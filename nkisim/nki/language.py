@@ -18,7 +18,7 @@ from nkisim.frontend.loops import AffineRange, DynamicRange, dynamic_iterations
 from nkisim.hw import load_target
 from nkisim.isa.registers import VirtualRegister
 from nkisim.memory import ON_CHIP_BUFFERS, Buffer, DynSlice, Tensor, cast, to_dtype
-from nkisim.memory.dtypes import NKI_DTYPES
+from nkisim.memory.dtypes import NKI_DTYPES, PLAIN_DTYPES
 from nkisim.memory.pattern import is_int
 
 # -- data types -----------------------------------------------------------------------
@@ -128,6 +128,10 @@ def is_on_chip(buffer: Any) -> bool:
 # -- tensor creation ------------------------------------------------------------------
 
 
+#: What :data:`PLAIN_DTYPES` gives for a value that is not an ``nl`` dtype (never a dtype itself, unlike None).
+_NOT_A_DTYPE = object()
+
+
 def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", address: Any = None) -> Tensor:
     """A new tensor in ``buffer`` (SBUF by default). Its memory is uninitialised (poisoned with NaN).
 
@@ -136,14 +140,18 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", address:
     overlapping a live tensor raises :class:`~nkisim.errors.CapacityError`.
     """
     loc = user_location(2)  # from the caller: this frame is never kernel code
-    ctx = current_context()
-    buf = _buffer(buffer)
-    dims = _shape(shape, buf, ctx.hw.sbuf.partitions, loc)
-    try:
-        dt = to_dtype(dtype)
-    except TypeError as exc:
-        raise DtypeError(f"nl.ndarray: {exc}", loc=loc) from None
-    return ctx.memory.new_tensor(dims, dt, buf, name, loc, address)
+    machine = current_context().machine
+    # a tile per instruction is common: the usual arguments (an nl buffer, an nl dtype) are taken without calls
+    buf = buffer if buffer.__class__ is Buffer else _buffer(buffer)
+    dims = _shape(shape, buf, machine.hw.sbuf.partitions, loc)
+    if PLAIN_DTYPES.get(id(dtype), _NOT_A_DTYPE) is dtype:
+        dt = dtype
+    else:
+        try:
+            dt = to_dtype(dtype)
+        except TypeError as exc:
+            raise DtypeError(f"nl.ndarray: {exc}", loc=loc) from None
+    return machine.memory.new_tensor(dims, dt, buf, name, loc, address)
 
 
 def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "") -> Tensor:
