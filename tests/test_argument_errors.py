@@ -48,7 +48,7 @@ def _copy_in_blocks(loop, bound_of):
     return kernel
 
 
-@pytest.mark.parametrize("loop", ["affine_range", "sequential_range", "static_range"])
+@pytest.mark.parametrize("loop", ["affine_range", "sequential_range", "static_range", "range"])
 def test_a_float_loop_bound_names_the_quotient(loop):
     kernel = _copy_in_blocks(getattr(nl, loop), lambda a: a.shape[0] / 128)
     with pytest.raises(OperandError, match=at("loop") + rf"nl\.{loop}: stop 2\.0 must be an integer .*n // d"):

@@ -5,6 +5,7 @@ Kernels use it exactly as NKI's: ``import nkisim.nki.language as nl``.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import os
 from typing import Any
@@ -255,17 +256,26 @@ def affine_range(start: int, stop: int | None = None, step: int = 1) -> AffineRa
     return AffineRange(_python_range("affine_range", start, stop, step, loc), loc)
 
 
-def sequential_range(start: int, stop: int | None = None, step: int = 1) -> range:
+def sequential_range(start: int, stop: int | None = None, step: int = 1) -> builtins.range:
     """Loop iterator for iterations with loop-carried dependencies (runs as Python ``range``)."""
     return _python_range("sequential_range", start, stop, step, user_location())
 
 
-def static_range(start: int, stop: int | None = None, step: int = 1) -> range:
+def static_range(start: int, stop: int | None = None, step: int = 1) -> builtins.range:
     """Fully unrolled loop iterator (runs as Python ``range``)."""
     return _python_range("static_range", start, stop, step, user_location())
 
 
-def _python_range(name: str, start: Any, stop: Any, step: Any, loc: SourceLoc) -> range:
+# NKI's name shadows the builtin in this module, which calls builtins.range itself
+def range(start: int, stop: int | None = None, step: int = 1) -> builtins.range:
+    """Loop iterator of a plain loop, unrolled while tracing (``nl.range``, as nki-library's kernels call it).
+
+    Taken to be ``static_range``: iterations in order, none checked as independent (docs/semantics.md).
+    """
+    return _python_range("range", start, stop, step, user_location())
+
+
+def _python_range(name: str, start: Any, stop: Any, step: Any, loc: SourceLoc) -> builtins.range:
     """``range(start, stop, step)``, its bounds checked: integers known while tracing, and a step other than 0."""
     bounds = {"stop": start} if stop is None else {"start": start, "stop": stop}
     for what, value in (*bounds.items(), ("step", step)):
@@ -277,7 +287,7 @@ def _python_range(name: str, start: Any, stop: Any, step: Any, loc: SourceLoc) -
             )
     if step == 0:
         raise OperandError(f"nl.{name}: step must not be 0", loc=loc)
-    return range(int(start), int(stop), int(step)) if stop is not None else range(int(start))
+    return builtins.range(int(start), int(stop), int(step)) if stop is not None else builtins.range(int(start))
 
 
 def ds(start: int, size: int) -> DynSlice:
@@ -370,7 +380,7 @@ def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> DynamicRange:
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
         raise OperandError(f"nl.dynamic_range: step {step!r} must be a positive compile-time integer", loc=loc)
     lo, hi = (0, start) if stop is None else (start, stop)
-    return DynamicRange(range(_bound(lo, "dynamic_range", loc), _bound(hi, "dynamic_range", loc), int(step)))
+    return DynamicRange(builtins.range(_bound(lo, "dynamic_range", loc), _bound(hi, "dynamic_range", loc), int(step)))
 
 
 def fori_loop(lower: Any, upper: Any, body_fun: Any, step: int = 1) -> None:

@@ -180,6 +180,37 @@ def test_a_warning_is_silenced_by_an_ordinary_warnings_filter():
     assert [d.check for d in result.profile.diagnostics] == ["saturation"]
 
 
+def _pipelined(loop):
+    """Each iteration stores the tile the previous one loaded: correct in order, carried between iterations."""
+
+    def kernel(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        prev = nl.ndarray((P, F), a.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=prev, value=0.0)
+        for i in loop(a.shape[0] // P):
+            cur = nl.ndarray((P, F), a.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=cur, src=prev)
+            nisa.dma_copy(dst=prev, src=a[i * P : (i + 1) * P])
+            nisa.dma_copy(dst=out[i * P : (i + 1) * P], src=cur)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("loop", ["range", "static_range", "sequential_range"])
+def test_ordered_loops_nl_range_among_them_carry_values_without_a_finding(loop):
+    a = rows(4)
+    result = nkisim.run(_pipelined(getattr(nl, loop)), [a], check="strict")
+    expected = np.concatenate([np.zeros((P, F), np.float32), a[:-P]])  # each block is the one before it
+    np.testing.assert_array_equal(result.outputs, expected)
+    assert not result.profile.diagnostics
+
+
+def test_the_same_carried_loop_written_with_affine_range_is_a_finding():
+    with pytest.raises(CheckError, match=r"loop-carried dependency"):
+        nkisim.run(_pipelined(nl.affine_range), [rows(4)], check="strict")
+
+
 # -- where findings are shown --------------------------------------------------------------------
 
 
