@@ -259,6 +259,17 @@ TRIAGE: list[tuple[str, str, str]] = [
         "more than the golden's and every value half",
     ),
     (
+        r"test_mxfp_load_performance\[\d+\].*Validation failed for \['out_data_hbm', 'out_scale_hbm'\]",
+        "suite",
+        "two assumptions of the test's exact (0 tolerance) golden in experimental/mxfp_subkernels/test_mxfp_load.py "
+        "at d2ad3a5: it quantizes with quantize_mx_golden's OCP sample scale (largest exponent minus 8), where "
+        "nki.isa.quantize_mx, as documented (Neuron 2.32) and modelled here, uses a block scale two times larger; and "
+        "it expects zeros in the 112 scale rows per block the kernel never writes (only rows 0-3, 32-35, 64-67, "
+        "96-99 are quantize_mx's), which are uninitialised SBUF (nkisim's poison, 0xFF). The kernel's DMA, strided "
+        "nc_transpose and PSUM copy match numpy bit for bit, and quantize_mx's data and scales equal the suite's own "
+        "quantize_mx_golden called with the doubled scale (custom_mx_max_exp 7), bit for bit",
+    ),
+    (
         r"test_rmsnorm_mx_quantize_tkg(_residual)?\[.*Validation failed for \['out_scale'\]",
         "suite",
         "two differences on the golden's side, measured on [128-1-3072-2880] (and on the residual variant "
