@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from nkisim.memory.dtypes import container
+from nkisim.memory.space import ON_CHIP_BUFFERS
 from nkisim.memory.tensor import Tensor
 
 
@@ -78,7 +79,7 @@ class DeferredCopies(dict[int, tuple[np.ndarray, Tensor, bool]]):
         for _, t in writes:
             if t.uid in self:
                 self.make(t.uid)
-            elif not t.buffer.is_on_chip:  # an HBM write: the values waiting in that tensor are copied first
+            elif t.buffer not in ON_CHIP_BUFFERS:  # an HBM write: the values waiting in that tensor are copied first
                 storage = t.storage
                 # the keys alone: a list of them makes no new object, so no collection can free a tile meanwhile
                 for uid in list(self):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -74,6 +74,10 @@ class Tensor:
         "storage",
         "uid",
     )
+
+    #: True when the view's addresses depend on run-time values (``.ap`` with an offset tensor or register): a
+    #: class attribute, read at every operand of every instruction.
+    is_dynamic: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -375,11 +379,6 @@ class Tensor:
         return access_pattern(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
 
     @property
-    def is_dynamic(self) -> bool:
-        """True when the view's addresses depend on run-time values (``.ap`` with an offset tensor or register)."""
-        return False
-
-    @property
     def offset_regions(self) -> tuple[Region, ...]:
         """What an instruction also reads to resolve this view's addresses: nothing for a static view."""
         return ()
@@ -557,6 +556,8 @@ class DynamicTensor(Tensor):
 
     __slots__ = ("_layout", "_offset", "_pairs", "_scalar", "_shape", "_stride", "_vector")
 
+    is_dynamic: ClassVar[bool] = True
+
     def __init__(
         self,
         layout: Layout,
@@ -601,10 +602,6 @@ class DynamicTensor(Tensor):
     @property
     def free_size(self) -> int:
         return self.size // self._shape[0]
-
-    @property
-    def is_dynamic(self) -> bool:
-        return True
 
     @property
     def region(self) -> Region:

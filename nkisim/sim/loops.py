@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from nkisim.errors import SourceLoc
-from nkisim.memory import Region, Storage, Tensor
+from nkisim.memory import ON_CHIP_BUFFERS, Region, Storage, Tensor
 from nkisim.memory.tensor import uid_mark
 
 #: ``(severity, check, rule)``: how the tracker hands a finding to the checker.
@@ -172,7 +172,7 @@ class LoopTracker:
                         if self._from_an_earlier_iteration(instruction, loc, name, t, how, report):
                             return
                         break
-        if not writes and not any(t.buffer.is_on_chip for _, t in reads):
+        if not writes and not any(t.buffer in ON_CHIP_BUFFERS for _, t in reads):
             # only HBM reads (a load): checked against earlier writes, but nothing records an HBM read
             for name, t in reads:
                 shadow = self._writes.get(t.storage.uid)
@@ -190,11 +190,12 @@ class LoopTracker:
             self._check(self._shadow(self._writes, t), instruction, name, t, folds, "read", report)
         for name, t in writes:
             folds = accumulates or _bytes_key(t) in read
-            how = "write" if t.buffer.is_on_chip else "write HBM"
-            shadows = self._reads if t.buffer.is_on_chip else self._writes
+            on_chip = t.buffer in ON_CHIP_BUFFERS
+            how = "write" if on_chip else "write HBM"
+            shadows = self._reads if on_chip else self._writes
             self._check(self._shadow(shadows, t), instruction, name, t, folds, how, report)
         for _, t in reads:
-            if t.buffer.is_on_chip:
+            if t.buffer in ON_CHIP_BUFFERS:
                 self._shadow(self._reads, t).stamp(t, event_id)
         for _, t in writes:
             self._shadow(self._writes, t).stamp(t, event_id)

@@ -49,7 +49,7 @@ from nkisim.isa import NKI_INSTRUCTIONS, Check, Cost, EngineState, InstructionSp
 from nkisim.isa.common import check_common
 from nkisim.isa.dma import dma_cost
 from nkisim.isa.spec import Peer, missing_capability, needs
-from nkisim.memory import MemorySystem, Region, Tensor
+from nkisim.memory import ON_CHIP_BUFFERS, MemorySystem, Region, Tensor
 from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
 from nkisim.memory.system import BorrowedInputWritten
@@ -229,12 +229,12 @@ class Machine:
                 for name in plan.reads:
                     t = arguments[name]
                     tensor_reads.append((name, t))
-                    reads.append(t.region)
+                    reads.append(t._region or t.region)  # the property's memo, read directly
                 tensor_writes, writes = [], []
                 for name in plan.writes:
                     t = arguments[name]
                     tensor_writes.append((name, t))
-                    writes.append(t.region)
+                    writes.append(t._region or t.region)
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
         if borrowed:
             self.memory.check_writes(tensor_writes)
@@ -489,7 +489,7 @@ class Machine:
             dst._base is None
             and dst.uid in self.memory.unpoisoned
             and dst.storage is self.memory.sbuf.storage
-            and not src.buffer.is_on_chip
+            and src.buffer not in ON_CHIP_BUFFERS
         ):
             return pair
         return None
@@ -537,12 +537,12 @@ class Machine:
         writes: list[tuple[str, Tensor]],
     ) -> None:
         """Every on-chip operand is a tile of this core's SBUF, PSUM or spill store (not kept from an earlier run)."""
-        sbuf, psum = self.memory.sbuf.storage, self.memory.psum.storage
+        sbuf, psum, spilled = self.memory.sbuf.storage, self.memory.psum.storage, self.memory.spilled
         for name, t in (*reads, *writes):
             storage = t.storage
             if storage is sbuf or storage is psum:
                 continue
-            if t.buffer.is_on_chip and storage.kind in ("sbuf", "psum") and storage.uid not in self.memory.spilled:
+            if t.buffer in ON_CHIP_BUFFERS and storage.kind in ("sbuf", "psum") and storage.uid not in spilled:
                 raise OperandError(
                     f"{t.name!r} is a {t.buffer.value.upper()} tile of another run (kept from an earlier kernel run, "
                     "or another core's); on-chip tiles live only in the run that allocated them",
