@@ -329,7 +329,7 @@ class Checker:
             self._accumulate_rule(opcode, loc, writes)
         if engine is _TENSOR_ENGINE:
             self._bank_rule(opcode, loc, writes)
-        if self.loops.active:
+        if self.loops.frames:  # inside an affine_range loop (LoopTracker.active, without the call)
             self.loops.access(opcode, loc, reads, writes, accumulates, self._loop_finding(loc, opcode))
 
     def after(self, spec: InstructionSpec, engine: Engine, writes: list[tuple[str, Tensor]]) -> None:
@@ -340,7 +340,7 @@ class Checker:
         mark = _TENSOR if engine is _TENSOR_ENGINE else _WRITTEN
         uniform = self._uniform_marks
         for _, t in writes:
-            if not _tracked(t):
+            if t.buffer not in ON_CHIP_BUFFERS or t.storage.kind not in ("sbuf", "psum"):  # not _tracked(t)
                 continue
             if t.is_dynamic:
                 r = t.region

@@ -238,7 +238,10 @@ class Machine:
         self._check_own_tiles(spec, loc, tensor_reads, tensor_writes)
         if borrowed:
             self.memory.check_writes(tensor_writes)
-        self.memory.issued(self._issued, tensor_reads, tensor_writes)
+        if memory.plan is None:  # MemorySystem.issued without a tile plan to record, without the call
+            memory.sbuf.now = memory.psum.now = self._issued + 1
+        else:
+            memory.issued(self._issued, tensor_reads, tensor_writes)
         self._issued += 1
         checker = self.checker
         if checker is not None:
@@ -277,7 +280,8 @@ class Machine:
                 row = self.scheduler.row(spec.name, engine, plan.cost, loc, len(reads), 0.0, plan.summary, unit)
                 if len(rows) < MAX_ROWS_PER_PLAN:
                     rows[row_key] = (loc, row)
-            self._pending = (row, reads, writes, setup_region(plan, ops, arguments), loc)
+            setup = None if plan.setup_operand is None else setup_region(plan, ops, arguments)
+            self._pending = (row, reads, writes, setup, loc)
             if self.peer is not None:
                 self.peer.yield_turn()
             return index
