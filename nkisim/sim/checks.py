@@ -202,7 +202,7 @@ class Checker:
             self._aliasing = True
             self._uniform_marks.clear()
             return
-        box = tensor.row_box
+        box = tensor._row_box or tensor.row_box  # the property's memo first: a new tile's view has set it
         if self._aliasing or box is None:
             self._bytes_of(tensor)[...] = 0
         else:
