@@ -268,12 +268,12 @@ def test_the_deselected_ids_are_ones_pytest_deselects_in_a_suite_rooted_at_test(
 
 def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_runs_out():
     runs = [{"wall_s": 100.0}, {"wall_s": 50.0}, {"wall_s": 999.0, "tests": 3}]
-    text = suite.expected_time(runs, 30)  # 150 s over 30 tests: 5 s a test
-    whole = max(suite.SUITE_TESTS.values())
-    assert text.startswith(f"At the 5.0 s of wall time per test of these runs, the up to {whole:,} tests")
-    assert f"about {round(5.0 * whole / 3600)} hours per target" in text
-    one = suite.expected_time([{"wall_s": 3600 / whole * 30}], 30)
-    assert "about 1 hour per target" in one
+    text = suite.expected_time(runs, 30, "trn2")  # 150 s over 30 tests: 5 s a test
+    whole = suite.SUITE_TESTS["trn2"]
+    assert text.startswith(f"At the 5.0 s of wall time per test of these runs, the {whole:,} tests")
+    assert f"about {round(5.0 * whole / 3600)} hours on trn2" in text
+    one = suite.expected_time([{"wall_s": 3600 / whole * 30}], 30, "trn2")
+    assert "about 1 hour on trn2" in one
 
 
 @pytest.mark.parametrize("code", [suite.INTERRUPTED, suite.INTERNAL_ERROR])
@@ -388,3 +388,11 @@ def test_a_partial_run_leaves_the_first_runs_worker_count_and_stop_to_the_record
     record = suite.run_suite(checkout, "trn2", 1, True, ["core/max"])
     assert (record["workers"], record["interrupted"]) == (2, True)
     assert record["reruns"][-1]["workers"] == 1 and "interrupted_after" not in record["reruns"][-1]
+
+
+def test_a_whole_suite_record_of_a_target_never_counted_says_its_total_is_unknown(monkeypatch):
+    monkeypatch.setattr(suite, "SUITE_TESTS", {"trn2": 1234})
+    records = [{"target": "trn1", "subset": "all", "tests": [{"id": "a::ok", "outcome": "passed"}]}]
+    line = next(line for line in suite.summary_lines(records) if line.startswith("| trn1 "))
+    assert line.startswith("| trn1 | all | 1 of ? | 1 |")
+    assert "the 1,234 tests of the whole suite take about" in suite.expected_time([{"wall_s": 10.0}], 1, "trn1")
