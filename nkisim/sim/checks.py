@@ -346,7 +346,7 @@ class Checker:
                 r = t.region
                 self._shadow(r.storage)[r.r0 : r.r1, r.b0 : r.b1] = mark
                 uniform.pop(t.uid, None)
-            elif t._base is None and (box := t.row_box) is not None:  # a whole tile
+            elif t._base is None and (box := t._row_box or t.row_box) is not None:  # a whole tile (the memo first)
                 # a tile written whole again with the mark it holds (the usual case in a loop) needs no fill
                 if uniform.get(t.uid) != mark:
                     if self._aliasing:
