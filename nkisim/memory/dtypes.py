@@ -60,7 +60,8 @@ NKI_DTYPES: dict[str, np.dtype] = {
 _BY_NAME: dict[str, np.dtype] = {**NKI_DTYPES, "bool": NKI_DTYPES["bool_"]}
 _SUPPORTED = set(NKI_DTYPES.values())
 #: The plain NKI dtype objects (no metadata) by identity: ``nl.float32`` and the like, told apart without hashing
-#: (``PLAIN_DTYPES.get(id(value)) is value``).
+#: (``PLAIN_DTYPES.get(id(value), sentinel) is value``, with a default that is no dtype: plain ``.get`` gives
+#: None, which ``is`` a None value).
 PLAIN_DTYPES: dict[int, np.dtype] = {id(d): d for d in NKI_DTYPES.values() if not d.metadata}
 _NOT_FOUND = object()
 _FLOAT8 = {NKI_DTYPES[n] for n in ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")}

@@ -211,12 +211,11 @@ def with_operands(ops: Any, values: dict[str, Any]) -> Any:
     return copy
 
 
-def setup_region(plan: Plan, ops: Any, arguments: dict[str, Any]) -> Region | None:
-    """The region of this call's ``setup_operand``, or None (of ``arguments`` when ``ops`` is None: a lazy plan's
-    template holds the very tensors of the arguments)."""
+def setup_region(plan: Plan, ops: Any, arguments: dict[str, Any]) -> Region:
+    """The region of this call's ``setup_operand``, which the plan has (of ``arguments`` when ``ops`` is None: a
+    lazy plan's template holds the very tensors of the arguments)."""
     name = plan.setup_operand
-    if name is None:
-        return None
+    assert name is not None  # the caller tests it: most specs have none
     return (arguments[name] if ops is None else getattr(ops, name)).region
 
 
