@@ -435,10 +435,12 @@ def _simulate_one(
     bound = _bind(kernel, args, kwargs)
     for name, value in bound.arguments.items():
         bound.arguments[name] = _to_hbm(ctx, name, value, kernel, borrow)
+    ctx.memory.defer_hbm_poison = ctx.memory.poison  # this run's HBM is its own: made whole below
     token = enter(ctx)
     with _restart_if_signal_caught([ctx.memory]):
         try:
             returned = kernel.func(*bound.args, **bound.kwargs)
+            ctx.memory.settle_outputs()
         finally:
             leave(token)
     return [ctx], returned

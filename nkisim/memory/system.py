@@ -11,14 +11,16 @@ adds the refill and save transfers its instructions cost (:mod:`nkisim.sim.machi
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from nkisim.errors import CapacityError, OperandError, SourceLoc
 from nkisim.hw import HwConfig
 from nkisim.memory.deferred import DeferredCopies
+from nkisim.memory.hbm_poison import PendingPoison
 from nkisim.memory.liveness import TilePlan
 from nkisim.memory.space import ON_CHIP_BUFFERS, Buffer, OnChipMemory, Storage, describe
 from nkisim.memory.tensor import Tensor
@@ -77,6 +79,11 @@ class MemorySystem:
         #: (instructions, ``Machine.store``, ``Machine.effect``), as in a kernel's run on one core; the cores of a
         #: launch exchange tiles, and a host that writes a tile's array itself must see its poison there first.
         self.defer_poison = False
+        #: Whether a new HBM tensor's poison may wait too (:mod:`nkisim.memory.hbm_poison`): only in a run whose HBM
+        #: is its own, which makes it at the end (:meth:`settle_outputs`) before its outputs are read.
+        self.defer_hbm_poison = False
+        #: The new HBM tensors whose poison waits, by tensor uid (a view's uid is its tensor's).
+        self.hbm_unpoisoned: dict[int, PendingPoison] = {}
         #: While recording a plan: tensor uid -> (memory, allocation serial).
         self._allocations: dict[int, tuple[OnChipMemory, int]] = {}
         #: Called with each new on-chip tensor and whether it was placed at an explicit address.
@@ -140,8 +147,12 @@ class MemorySystem:
         else:
             storage = self._hbm_storage(shape, dtype, name, loc, written=self.poison)
             tensor = Tensor(_typed_view(storage, 0, shape, dtype), dtype, buffer, name, storage, None)
+            if self.defer_hbm_poison:
+                self.hbm_unpoisoned[tensor.uid] = PendingPoison(storage.bytes)
+                # a tensor dropped with its poison due never has it made (nothing can read its bytes), nor keeps them
+                weakref.finalize(tensor, self.hbm_unpoisoned.pop, tensor.uid, None)
         if self.poison:
-            if tensor.uid not in self.unpoisoned:
+            if tensor.uid not in self.unpoisoned and tensor.uid not in self.hbm_unpoisoned:
                 self._filled(_poison(tensor))
             if on_chip and self.recorder is not None:
                 self.recorder.allocated(tensor)
@@ -166,12 +177,42 @@ class MemorySystem:
             if box is not None and t is not overwritten:
                 self._fill_box(box)
 
+    def settle_hbm_poison(
+        self,
+        reads: list[tuple[str, Tensor]],
+        writes: list[tuple[str, Tensor]],
+        overwrites: Callable[[Any], bool] | None,
+        ops: Any,
+    ) -> None:
+        """Make the poison of the new HBM tensors an instruction reads, or writes other than by a block it sets
+        whole; of those it writes by such a block, keep the block unpoisoned (:class:`PendingPoison`).
+
+        ``overwrites(ops)``: whether the instruction sets all of its ``ops.dst`` (see
+        :attr:`nkisim.isa.spec.InstructionSpec.overwrites`); None for an instruction that may not.
+        """
+        pending = self.hbm_unpoisoned
+        for _, t in reads:
+            if t.buffer not in ON_CHIP_BUFFERS and t.uid in pending:
+                pending.pop(t.uid).make(self._filled)
+        for _, t in writes:
+            if t.buffer not in ON_CHIP_BUFFERS and t.uid in pending:
+                block = t.row_box if overwrites is not None and t is ops.dst and overwrites(ops) else None
+                if block is None or not pending[t.uid].wrote(block):
+                    pending.pop(t.uid).make(self._filled)
+
     def settle_pending(self) -> None:
         """Make every poison and copy not made yet (before anything reads or writes memory outside an instruction)."""
         self.deferred.make_all()
         pending = self.unpoisoned
         while pending:  # one at a time: a tile the garbage collector frees meanwhile takes its own out
             self._fill_box(pending.popitem()[1])
+        self.settle_outputs()
+
+    def settle_outputs(self) -> None:
+        """Make the poison of every HBM tensor whose poison waits (at the end of a run, before its outputs are read)."""
+        pending = self.hbm_unpoisoned
+        while pending:
+            pending.popitem()[1].make(self._filled)
 
     def _fill_box(self, box: tuple[np.ndarray, int, int, int, int]) -> None:
         data, r0, r1, b0, b1 = box

@@ -200,7 +200,7 @@ class Machine:
         # registers and views at run-time offsets read bytes the operands do not show, some while validated; a
         # planned call (a key) has only static views
         memory = self.memory
-        if (memory.unpoisoned or memory.deferred) and (
+        if (memory.unpoisoned or memory.deferred or memory.hbm_unpoisoned) and (
             spec.extra_accesses is not None or (key is None and _has_dynamic_view(arguments))
         ):
             memory.settle_pending()
@@ -250,6 +250,8 @@ class Machine:
             waits = self._may_wait(spec, ops) if spec.copies is not None and memory.defer_poison else None
             if memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
                 self._settle_poison(spec, ops, tensor_reads, tensor_writes)
+            if memory.hbm_unpoisoned:
+                memory.settle_hbm_poison(tensor_reads, tensor_writes, spec.overwrites, ops)
             if self.recorder is not None:
                 self.recorder.instruction(spec, ops, loc)
             given = ops
