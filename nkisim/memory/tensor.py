@@ -89,19 +89,16 @@ class Tensor:
         base: Tensor | None,
         start: int | None = None,
     ) -> None:
-        self.array = array
-        self._view_of(dtype, buffer, name, storage, base)
-        self._start = start  # the byte offset of element 0, when the caller knows it
-
-    def _view_of(self, dtype: np.dtype, buffer: Buffer, name: str, storage: Storage, base: Tensor | None) -> None:
-        """Set what every view holds besides its array (a dynamic view computes its array)."""
+        if array is not None:  # a dynamic view computes its array (DynamicTensor.array)
+            self.array = array
+        # every view's attributes, set here rather than by a helper: a view is made per slice and per tile
         self.dtype = dtype
         self.buffer = buffer
         self.name = name
         self.storage = storage
         self._base = base
         self._region: Region | None = None
-        self._start: int | None = None
+        self._start = start  # the byte offset of element 0, when the caller knows it
         self._geometry: int | None = None
         self._row_box: tuple[int, int, int, int] | bool | None = None
         #: An HBM view's block views worked out so far, by index (:func:`_index_key`): each one's array, byte
@@ -568,7 +565,7 @@ class DynamicTensor(Tensor):
         vector: Tensor | None = None,
     ) -> None:
         base = layout.base
-        self._view_of(layout.dtype, base.buffer, base.name, base.storage, base)
+        super().__init__(None, layout.dtype, base.buffer, base.name, base.storage, base)  # type: ignore[arg-type]
         self._layout = layout
         self._pairs = pairs
         self._offset = offset

@@ -302,7 +302,7 @@ def _detach(t: Tensor, bases: dict[int, Tensor]) -> Tensor:
     copy too, one per allocation; the uid is kept, as PSUM accumulation follows it.
     """
     clone = object.__new__(t.__class__)
-    for slot in _slots(t.__class__):  # a static view sets every slot (Tensor._view_of)
+    for slot in _slots(t.__class__):  # a static view sets every slot (Tensor.__init__)
         slot.__set__(clone, slot.__get__(t))
     base = t._base
     if base is not None:
