@@ -159,10 +159,16 @@ class LoopTracker:
         if dynamic and self.values_known:
             reads, writes = _at_current_offsets(reads), _at_current_offsets(writes)
         if private:
-            reads = [(name, t) for name, t in reads if t.uid < fresh]
-            writes = [(name, t) for name, t in writes if t.uid < fresh]
-            if not reads and not writes:
+            shared_reads, shared_writes = [], []  # the accesses to tiles older than this iteration
+            for access in reads:
+                if access[1].uid < fresh:
+                    shared_reads.append(access)
+            for access in writes:
+                if access[1].uid < fresh:
+                    shared_writes.append(access)
+            if not shared_reads and not shared_writes:
                 return
+            reads, writes = shared_reads, shared_writes
         spans = self._spans
         for how, accesses in (("read", reads), ("write", writes)):
             for name, t in accesses:
@@ -172,7 +178,12 @@ class LoopTracker:
                         if self._from_an_earlier_iteration(instruction, loc, name, t, how, report):
                             return
                         break
-        if not writes and not any(t.buffer in ON_CHIP_BUFFERS for _, t in reads):
+        on_chip_read = False
+        for _, t in reads:
+            if t.buffer in ON_CHIP_BUFFERS:
+                on_chip_read = True
+                break
+        if not writes and not on_chip_read:
             # only HBM reads (a load): checked against earlier writes, but nothing records an HBM read
             for name, t in reads:
                 shadow = self._writes.get(t.storage.uid)
