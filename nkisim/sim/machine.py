@@ -250,7 +250,7 @@ class Machine:
             waits = self._may_wait(spec, ops) if spec.copies is not None and memory.defer_poison else None
             if memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
                 self._settle_poison(spec, ops, tensor_reads, tensor_writes)
-            if memory.hbm_unpoisoned:
+            if memory.hbm_unpoisoned and (plan is None or not plan.on_chip):
                 memory.settle_hbm_poison(tensor_reads, tensor_writes, spec.overwrites, ops)
             if self.recorder is not None:
                 self.recorder.instruction(spec, ops, loc)

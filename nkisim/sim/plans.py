@@ -32,7 +32,7 @@ from nkisim.errors import SourceLoc
 from nkisim.hw import Engine
 from nkisim.isa import Cost, InstructionSpec
 from nkisim.isa.ops import Op
-from nkisim.memory import Region, Tensor
+from nkisim.memory import ON_CHIP_BUFFERS, Region, Tensor
 
 #: Plans one machine keeps; a kernel whose scalars change at every call stops adding past it.
 MAX_PLANS = 4096
@@ -66,6 +66,7 @@ class Plan:
             per site (:meth:`nkisim.sim.scheduler.Scheduler.row`).
         lazy: direct, with a template: nothing but the sanitizer's rare paths needs the call's operand model
             unless the run computes values, so a shapes-only run makes it only when asked.
+        on_chip: every tensor it reads and writes is an SBUF or PSUM view (so no HBM tensor's poison waits on it).
         rows: a direct plan's scheduler rows (:meth:`nkisim.sim.scheduler.Scheduler.row`) by source line (and
             unit), each with its line, kept by the machine that owns the plan.
         pinned: the operator and enum arguments, kept alive so that no other object takes the ids the
@@ -84,6 +85,7 @@ class Plan:
     adds: bool | None = False
     direct: bool = False
     lazy: bool = False
+    on_chip: bool = False
     pinned: tuple[object, ...] = ()
     rows: dict[object, tuple[SourceLoc, tuple[object, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
@@ -183,6 +185,7 @@ def make_plan(
         adds=spec.accumulates(ops) if spec.accumulates is not None else False,
         direct=direct,
         lazy=direct and template is not None,
+        on_chip=plain and all(t.buffer in ON_CHIP_BUFFERS for _, t in (*reads, *writes)),
         pinned=tuple(value for value in arguments.values() if isinstance(value, _PINNED)),
     )
 
