@@ -249,6 +249,11 @@ def progress_hook(hook: Callable[[int], None]) -> Iterator[None]:
         _PROGRESS.reset(token)
 
 
+#: The running kernel's context, or None outside a run: the context variable's own method, for the calls made per
+#: instruction and per tile (``running_context() or current_context()`` raises the clear error instead of None).
+running_context = _CURRENT.get
+
+
 def current_context() -> KernelContext:
     """The kernel being run, or a clear error when called outside one."""
     ctx = _CURRENT.get()

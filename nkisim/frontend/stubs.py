@@ -10,7 +10,7 @@ from typing import Any
 from pydantic_core import PydanticUndefined
 
 from nkisim.errors import DtypeError, OperandError, user_location
-from nkisim.frontend.context import current_context
+from nkisim.frontend.context import current_context, running_context
 from nkisim.frontend.handles import NkiInstruction
 from nkisim.isa import REGISTRY, InstructionSpec
 from nkisim.memory import Tensor, dtype_name, to_dtype
@@ -50,7 +50,7 @@ def make_stub(spec: InstructionSpec, module: str = "nkisim.nki.isa") -> Callable
                 kwargs[fname] = value
         if "dtype" in kwargs:
             _drop_redundant_dtype(name, kwargs, loc)
-        ctx = current_context()
+        ctx = running_context() or current_context()
         if not known.issuperset(kwargs):
             _reject_unknown(qualname, order, kwargs, loc, ctx.hw.name)
         if ctx.deferred is None and not ctx.lazy_fills:  # what emit does then, without its call

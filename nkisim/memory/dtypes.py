@@ -206,9 +206,12 @@ class ConversionLog:
 _CONVERSIONS: ContextVar[ConversionLog | None] = ContextVar("nkisim_conversions", default=None)
 
 
-def logging(log: ConversionLog | None) -> object:
-    """Make ``log`` count the lossy conversions of :func:`cast` in this context; returns a token to reset with."""
-    return _CONVERSIONS.set(log)
+#: ``logging(log)``: make ``log`` count the lossy conversions of :func:`cast` in this context; returns a token for
+#: :data:`stop_logging`. The context variable's own methods: they run around every instruction, and a Python
+#: function around them would be one more call each time.
+logging = _CONVERSIONS.set
+#: ``stop_logging(token)``: undo the :data:`logging` that returned ``token``.
+stop_logging = _CONVERSIONS.reset
 
 
 def note_outside_range(function: str, valid_range: str, count: int) -> None:
@@ -221,7 +224,3 @@ def note_outside_range(function: str, valid_range: str, count: int) -> None:
 def logging_active() -> bool:
     """True while a :class:`ConversionLog` counts (the sanitizer is on)."""
     return _CONVERSIONS.get() is not None
-
-
-def stop_logging(token: object) -> None:
-    _CONVERSIONS.reset(token)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from nkisim.errors import DtypeError, OperandError, ShapeError, SourceLoc, user_location
-from nkisim.frontend.context import current_context, is_running
+from nkisim.frontend.context import current_context, is_running, running_context
 from nkisim.frontend.helpers import CALLABLE_OPS, HELPERS
 from nkisim.frontend.loops import AffineRange, DynamicRange, dynamic_iterations
 from nkisim.hw import load_target
@@ -141,7 +141,7 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", address:
     overlapping a live tensor raises :class:`~nkisim.errors.CapacityError`.
     """
     loc = user_location(2)  # from the caller: this frame is never kernel code
-    machine = current_context().machine
+    machine = (running_context() or current_context()).machine
     # a tile per instruction is common: the usual arguments (an nl buffer, an nl dtype) are taken without calls
     buf = buffer if buffer.__class__ is Buffer else _buffer(buffer)
     dims = _shape(shape, buf, machine.hw.sbuf.partitions, loc)
