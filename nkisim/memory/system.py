@@ -159,13 +159,19 @@ class MemorySystem:
         return tensor
 
     def settle_poison(
-        self, reads: list[tuple[str, Tensor]], writes: list[tuple[str, Tensor]], overwritten: Tensor | None
+        self,
+        reads: list[tuple[str, Tensor]],
+        writes: list[tuple[str, Tensor]],
+        overwrites: Callable[[Any], bool] | None,
+        ops: Any,
     ) -> None:
         """Make the poison of the new tiles an instruction reads or writes in part, before it runs.
 
-        ``overwritten`` is the operand the instruction sets all of without reading it (see
-        :attr:`nkisim.isa.spec.InstructionSpec.overwrites`), or None: a new tile that is that operand
-        itself keeps no poison, as nothing could read it before these values.
+        ``overwrites(ops)``: whether the instruction sets all of its ``ops.dst`` without reading it (see
+        :attr:`nkisim.isa.spec.InstructionSpec.overwrites`; None for an instruction that may not): a new tile that
+        is that operand itself (not a view of it) keeps no poison, as nothing could read it before these values.
+        An instruction with registers or views at run-time offsets has had every poison made first
+        (:meth:`settle_pending`).
         """
         pending = self.unpoisoned
         for _, t in reads:
@@ -174,7 +180,9 @@ class MemorySystem:
                 self._fill_box(box)
         for _, t in writes:
             box = pending.pop(t.uid, None)
-            if box is not None and t is not overwritten:
+            if box is not None and not (
+                overwrites is not None and t is ops.dst and t._base is None and overwrites(ops)
+            ):
                 self._fill_box(box)
 
     def settle_hbm_poison(

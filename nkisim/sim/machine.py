@@ -249,7 +249,7 @@ class Machine:
         if self.compute:
             waits = self._may_wait(spec, ops) if spec.copies is not None and memory.defer_poison else None
             if memory.unpoisoned:  # here, so that a tile is left unfilled only when its values come
-                self._settle_poison(spec, ops, tensor_reads, tensor_writes)
+                memory.settle_poison(tensor_reads, tensor_writes, spec.overwrites, ops)
             if memory.hbm_unpoisoned and (plan is None or not plan.on_chip):
                 memory.settle_hbm_poison(tensor_reads, tensor_writes, spec.overwrites, ops)
             if self.recorder is not None:
@@ -499,22 +499,6 @@ class Machine:
         ):
             return pair
         return None
-
-    def _settle_poison(
-        self,
-        spec: InstructionSpec,
-        ops: Any,
-        reads: list[tuple[str, Tensor]],
-        writes: list[tuple[str, Tensor]],
-    ) -> None:
-        """Make the poison of the new tiles this instruction uses, but of a tile it sets all of without reading.
-
-        An instruction with registers or views at run-time offsets has had every poison made in :meth:`issue`.
-        """
-        overwritten = None
-        if spec.overwrites is not None and spec.overwrites(ops) and ops.dst._base is None:
-            overwritten = ops.dst
-        self.memory.settle_poison(reads, writes, overwritten)
 
     def _accesses(
         self,
