@@ -144,7 +144,17 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", address:
     machine = (running_context() or current_context()).machine
     # a tile per instruction is common: the usual arguments (an nl buffer, an nl dtype) are taken without calls
     buf = buffer if buffer.__class__ is Buffer else _buffer(buffer)
-    dims = _shape(shape, buf, machine.hw.sbuf.partitions, loc)
+    partitions = machine.hw.sbuf.partitions
+    if (
+        shape.__class__ is tuple
+        and len(shape) == 2
+        and shape[0].__class__ is shape[1].__class__ is int
+        and 0 < shape[0] <= partitions
+        and shape[1] > 0
+    ):
+        dims = shape  # the usual tile, right for any buffer: checked here, without the call
+    else:
+        dims = _shape(shape, buf, partitions, loc)
     if PLAIN_DTYPES.get(id(dtype), _NOT_A_DTYPE) is dtype:
         dt = dtype
     else:
