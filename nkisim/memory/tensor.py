@@ -301,10 +301,11 @@ class Tensor:
         """What rules and costs may read of this view, as a number; None for a dynamic or defective view.
 
         The number stands for the dtype (and its identity: float32 and tfloat32 are equal dtypes), buffer,
-        shape, strides, the partition rows of :attr:`region` and the first partition: two views have the
-        same number only when all of these are equal, and then differ only in where their bytes are within a
-        partition and in their values (equal geometries may get different numbers once the memo has started
-        again, which costs a plan, never a wrong one).
+        shape, strides, and on chip the partition rows of :attr:`region` and the first partition (in HBM, the
+        number of rows: an HBM view's rows are addresses, which no rule or cost reads). Two views have the
+        same number only when all of these are equal, and then differ only in where their bytes are (within a
+        partition, on chip) and in their values (equal geometries may get different numbers once the memo has
+        started again, which costs a plan, never a wrong one).
         """
         geometry = self._geometry
         if geometry is None:
@@ -313,8 +314,12 @@ class Tensor:
             region = self.region
             array = self.array
             dtype = self.dtype
-            first = self.byte_offset // self.storage.row_bytes
-            key = (dtype, id(dtype), self.buffer, array.shape, array.strides, region.r0, region.r1, first)
+            buffer = self.buffer
+            if buffer in ON_CHIP_BUFFERS:  # the partitions a view starts at and spans
+                first = self.byte_offset // self.storage.row_bytes
+                key = (dtype, id(dtype), id(buffer), array.shape, array.strides, region.r0, region.r1, first)
+            else:
+                key = (dtype, id(dtype), id(buffer), array.shape, array.strides, region.r1 - region.r0)
             geometry = _geometry_numbers.get(key)
             if geometry is None:
                 if len(_geometry_numbers) >= _MAX_GEOMETRIES:

@@ -3,8 +3,8 @@
 An instruction's engine, the outcome of its rules (the target's capabilities,
 ``check_common``, the spec's ``validate``), its cost and its operand summary depend only
 on its opcode, its scalar arguments and the geometry of its tensor operands
-(:attr:`~nkisim.memory.Tensor.geometry`: dtype, buffer, shape, strides, partition rows),
-never on the operands' byte addresses within a partition or their values. A kernel issues
+(:attr:`~nkisim.memory.Tensor.geometry`: dtype, buffer, shape, strides, partition rows on chip),
+never on the operands' byte addresses (within a partition, on chip) or their values. A kernel issues
 the same few instructions with the same geometries many times over, so a :class:`Plans`
 table keeps those results under a key made of exactly those inputs and hands them back,
 with the tensors of the new call bound in, instead of working them out again.
