@@ -52,7 +52,7 @@ from nkisim.isa.spec import Peer, missing_capability, needs
 from nkisim.memory import ON_CHIP_BUFFERS, MemorySystem, Region, Tensor
 from nkisim.memory.dtypes import logging as conversions_to
 from nkisim.memory.dtypes import stop_logging as stop_conversions
-from nkisim.memory.system import BorrowedInputWritten
+from nkisim.memory.system import BROKEN, BorrowedInputWritten
 from nkisim.sim.checks import Checker
 from nkisim.sim.plans import MAX_PLANS, Plan, bind, call_key, cost_of, make_plan, setup_region, with_operands
 from nkisim.sim.program import Recorder
@@ -187,7 +187,7 @@ class Machine:
         It is placed on the timeline when the next instruction is issued or the timeline is read.
         """
         borrowed = self.memory.borrowed
-        if borrowed:  # an input is read in place
+        if borrowed and BROKEN in borrowed:  # an input is read in place, and a write into it was tried
             self.check_running()
         if self._pending is not None:
             self._place()
