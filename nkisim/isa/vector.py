@@ -269,7 +269,7 @@ def _apart_or_same(dst: Tensor, src: Tensor) -> bool:
     each element before writing it, as numpy's ufunc does for overlapping operands."""
     if dst.__class__ is not Tensor or src.__class__ is not Tensor:  # a view at run-time offsets
         return False
-    a, b = dst.region, src.region
+    a, b = dst._region or dst.region, src._region or src.region  # the property's memo first
     if a.storage is not b.storage or a.r1 <= b.r0 or b.r1 <= a.r0 or a.b1 <= b.b0 or b.b1 <= a.b0:
         return True
     return same_bytes(dst, src)

@@ -175,7 +175,7 @@ class Tensor:
                 views.clear()
             # what the view is made of, not the view: one would refer back to this tensor, a cycle that only the
             # garbage collector frees (with the tensor's bytes)
-            views[memo_key] = (view.array, view.byte_offset, view._row_box, view.region, view.geometry)
+            views[memo_key] = (view.array, view.byte_offset, view._row_box, view._region or view.region, view.geometry)
         return view
 
     def _view(self, index: Any, buffer: Buffer) -> Tensor:
@@ -311,7 +311,7 @@ class Tensor:
         if geometry is None:
             if self.defect is not None or self.is_dynamic:
                 return None
-            region = self.region
+            region = self._region or self.region  # the property's memo first
             array = self.array
             dtype = self.dtype
             buffer = self.buffer

@@ -354,7 +354,7 @@ class _Shadow:
             return [high] if low == high else [int(e) for e in np.unique(stamps) if e]
         if not self.boxes:
             return []
-        r = t.region
+        r = t._region or t.region  # the property's memo first
         if r.r0 >= r.r1 or r.b0 >= r.b1:
             return []
         number = self.exact.get((r.r0, r.r1, r.b0, r.b1))
@@ -370,7 +370,7 @@ class _Shadow:
             target, where = self._granules_of(t)
             target[where] = event
             return
-        r = t.region
+        r = t._region or t.region
         r0, r1, b0, b1 = r.r0, r.r1, r.b0, r.b1
         if r0 >= r1 or b0 >= b1:
             return
@@ -496,7 +496,7 @@ def _minus(box: tuple[int, int, int, int, int], r: Region) -> list[tuple[int, in
 
 def _bytes_key(t: Tensor) -> tuple[int, int, int, int, int]:
     """The storage and rectangle of ``t``'s region as a plain tuple (equal exactly when the regions are)."""
-    r = t.region
+    r = t._region or t.region
     return (id(r.storage), r.r0, r.r1, r.b0, r.b1)
 
 
