@@ -175,7 +175,10 @@ class Tensor:
                 views.clear()
             # what the view is made of, not the view: one would refer back to this tensor, a cycle that only the
             # garbage collector frees (with the tensor's bytes)
-            views[memo_key] = (view.array, view.byte_offset, view._row_box, view._region or view.region, view.geometry)
+            start = view._start  # set by _view for a view with elements (the property's memo)
+            if start is None:
+                start = view.byte_offset
+            views[memo_key] = (view.array, start, view._row_box, view._region or view.region, view.geometry)
         return view
 
     def _view(self, index: Any, buffer: Buffer) -> Tensor:
@@ -188,12 +191,14 @@ class Tensor:
         start = None
         size = view.size
         if size:  # where element 0 of the view is: this view's first index along each dim
-            start = self.byte_offset
+            start = self._start  # the property's memo first
+            if start is None:
+                start = self.byte_offset
             for item, stride in zip(key, array.strides):
                 start += (item.start if item.__class__ is slice else item) * stride
         result = Tensor(view, self.dtype, buffer, self.name, self.storage, self._base or self, start)
         if key and len(key) <= 2 and size:  # (an empty index, t[()], is the whole view: nothing to take)
-            box = self.row_box
+            box = self._row_box or self.row_box  # the property's memo first (False: known not to be a box)
             if box is not None:
                 _take_block_box(result, box, key)
         if size == 0:
