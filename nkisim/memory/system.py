@@ -43,6 +43,11 @@ class MemoryRecorder(Protocol):
         ...
 
 
+#: An instruction's ``(operand name, view)`` reads or writes.
+Accesses = list[tuple[str, Tensor]]
+#: ``sets_all(ops)``: whether an instruction sets every element of ``ops.dst`` (an instruction spec's ``overwrites``).
+SetsAll = Callable[[Any], bool]
+
 #: The buffer kernel inputs report: ``nl.hbm``, which NKI's samples assert of their inputs
 #: (``assert x.buffer == nl.hbm``). The programs of a launch share them all the same.
 INPUT_BUFFER = Buffer.hbm
@@ -158,13 +163,7 @@ class MemorySystem:
                 self.recorder.allocated(tensor)
         return tensor
 
-    def settle_poison(
-        self,
-        reads: list[tuple[str, Tensor]],
-        writes: list[tuple[str, Tensor]],
-        overwrites: Callable[[Any], bool] | None,
-        ops: Any,
-    ) -> None:
+    def settle_poison(self, reads: Accesses, writes: Accesses, overwrites: SetsAll | None, ops: Any) -> None:
         """Make the poison of the new tiles an instruction reads or writes in part, before it runs.
 
         ``overwrites(ops)``: whether the instruction sets all of its ``ops.dst`` without reading it (see
@@ -185,13 +184,7 @@ class MemorySystem:
             ):
                 self._fill_box(box)
 
-    def settle_hbm_poison(
-        self,
-        reads: list[tuple[str, Tensor]],
-        writes: list[tuple[str, Tensor]],
-        overwrites: Callable[[Any], bool] | None,
-        ops: Any,
-    ) -> None:
+    def settle_hbm_poison(self, reads: Accesses, writes: Accesses, overwrites: SetsAll | None, ops: Any) -> None:
         """Make the poison of the new HBM tensors an instruction reads, or writes other than by a block it sets
         whole; of those it writes by such a block, keep the block unpoisoned (:class:`PendingPoison`).
 
