@@ -133,7 +133,8 @@ class MemorySystem:
         loc: SourceLoc | None = None,
         address: tuple[int, int] | None = None,
     ) -> Tensor:
-        """Allocate an uninitialised tensor (poisoned, if enabled).
+        """Allocate an uninitialised tensor (poisoned, if enabled: at once, or before anything can see it, for an
+        automatic tile under :attr:`defer_poison` and an HBM tensor under :attr:`defer_hbm_poison`).
 
         ``address=(partition_offset, free_offset)`` places an SBUF or PSUM tensor at
         that partition and byte offset instead of letting the allocator choose.
