@@ -192,12 +192,12 @@ class MemorySystem:
         ``overwrites(ops)``: whether the instruction sets all of its ``ops.dst`` (see
         :attr:`nkisim.isa.spec.InstructionSpec.overwrites`); None for an instruction that may not.
         """
-        pending = self.hbm_unpoisoned
+        pending = self.hbm_unpoisoned  # by HBM tensor uid: an on-chip view's uid is never one of them
         for _, t in reads:
-            if t.buffer not in ON_CHIP_BUFFERS and t.uid in pending:
+            if t.uid in pending:
                 pending.pop(t.uid).make(self._filled)
         for _, t in writes:
-            if t.buffer not in ON_CHIP_BUFFERS and t.uid in pending:
+            if t.uid in pending:
                 block = t.row_box if overwrites is not None and t is ops.dst and overwrites(ops) else None
                 if block is None or not pending[t.uid].wrote(block):
                     pending.pop(t.uid).make(self._filled)

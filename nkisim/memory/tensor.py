@@ -322,9 +322,9 @@ class Tensor:
             buffer = self.buffer
             if buffer in ON_CHIP_BUFFERS:  # the partitions a view starts at and spans
                 first = self.byte_offset // self.storage.row_bytes
-                key = (dtype, id(dtype), id(buffer), array.shape, array.strides, region.r0, region.r1, first)
+                key = (dtype, id(dtype), buffer, array.shape, array.strides, region.r0, region.r1, first)
             else:
-                key = (dtype, id(dtype), id(buffer), array.shape, array.strides, region.r1 - region.r0)
+                key = (dtype, id(dtype), buffer, array.shape, array.strides, region.r1 - region.r0)
             geometry = _geometry_numbers.get(key)
             if geometry is None:
                 if len(_geometry_numbers) >= _MAX_GEOMETRIES:
