@@ -84,6 +84,9 @@ def _events_match_a_per_byte_reference(accesses, probe):
 
     for event, spec in enumerate(accesses, start=1):
         view = view_of(spec)
+        # as the loop tracker does: an access's bytes are checked, then stamped (the lookup made once for both)
+        before = sorted({int(e) for e in reference[painted(view)] if e})
+        assert shadow.events(_tensor(storage, view)) == before
         shadow.stamp(_tensor(storage, view), event)
         reference[painted(view)] = event
     probe_view = view_of(probe)
