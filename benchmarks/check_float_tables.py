@@ -4,8 +4,9 @@
 
     python benchmarks/check_float_tables.py [--types float8_e4m3fn,float8_e5m2] [--sample]
 
-For each one-byte float type it converts all 2^32 float32 bit patterns (``--sample``: every
-257th) with :func:`nkisim.memory.narrow_floats.narrow` and with ml_dtypes, and prints how many results
+For each one-byte float type and bfloat16 it converts all 2^32 float32 bit patterns (``--sample``: every
+257th) with :func:`nkisim.memory.narrow_floats.narrow` (:func:`~nkisim.memory.narrow_floats.to_bfloat16`) and
+with ml_dtypes, and prints how many results
 differ (0 is the claim of the module), then times both directions on a 128 x 512 tile laid
 out as an SBUF view (rows 192 KiB apart): ml_dtypes' ``astype`` against nkisim's; then float16 and
 bfloat16 to float32 on such a tile, with adjacent elements and with a step of two. Last, the
@@ -25,9 +26,15 @@ from tqdm import tqdm
 
 import nkisim
 from nkisim.examples.matmul import matmul_tiled
-from nkisim.memory.narrow_floats import BYTE_FLOATS, narrow, widen
+from nkisim.memory.narrow_floats import BYTE_FLOATS, narrow, to_bfloat16, widen
 
 CHUNK = 1 << 24
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def convert(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """nkisim's float32 to ``dtype`` conversion."""
+    return to_bfloat16(values) if dtype == BFLOAT16 else narrow(values, dtype)
 
 
 def mismatches(dtype: np.dtype, step: int) -> int:
@@ -38,7 +45,7 @@ def mismatches(dtype: np.dtype, step: int) -> int:
         values = bits.view(np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             expected = values.astype(dtype).view(np.uint8)
-        bad += int(np.count_nonzero(narrow(values, dtype).view(np.uint8) != expected))
+        bad += int(np.count_nonzero(convert(values, dtype).view(np.uint8) != expected))
     return bad
 
 
@@ -48,7 +55,7 @@ def speed(dtype: np.dtype) -> str:
     tile = np.ndarray((128, 512), dtype, memory, 4096, (196608, 1))
     values = np.random.default_rng(0).standard_normal((128, 512)).astype(np.float32)
     tile[...] = values.astype(dtype)
-    widen(tile), narrow(values, dtype)  # compile
+    widen(tile), convert(values, dtype)  # compile
     with np.errstate(over="ignore", invalid="ignore"):
         times = [
             min(timeit.repeat(fn, number=20, repeat=5)) / 20 * 1e6
@@ -56,7 +63,7 @@ def speed(dtype: np.dtype) -> str:
                 lambda: tile.astype(np.float32),
                 lambda: widen(tile),
                 lambda: values.astype(dtype),
-                lambda: narrow(values, dtype),
+                lambda: convert(values, dtype),
             )
         ]
     return (
@@ -92,7 +99,7 @@ def kernel_ms(dtype: np.dtype, repeat: int = 5) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    names = sorted(str(t) for t in BYTE_FLOATS)
+    names = [*sorted(str(t) for t in BYTE_FLOATS), "bfloat16"]
     parser.add_argument("--types", default=",".join(names), help="comma-separated; default: " + ", ".join(names))
     parser.add_argument("--sample", action="store_true", help="every 257th float32 instead of all")
     args = parser.parse_args()

@@ -110,3 +110,46 @@ def test_other_types_keep_numpy_conversions() -> None:
     e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
     wide = np.array([1 + 2.0**-4 + 2.0**-30, -3.3, 500.0, np.nan])  # float64 keeps ml_dtypes' own conversion
     assert np.array_equal(cast(wide, e4m3fn).view(np.uint8), reference_narrow(wide, e4m3fn))
+
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def reference_bf16(values: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return values.astype(BF16).view(np.uint16)
+
+
+@pytest.mark.parametrize("low", [0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF])
+def test_every_high_half_rounds_to_bfloat16_like_ml_dtypes(low: int) -> None:
+    # every sign, exponent and top 7 mantissa bits, with the low half on, below, at and above the midpoint
+    bits = (np.arange(65536, dtype=np.uint32) << 16) | np.uint32(low)
+    values = bits.reshape(256, 256).view(np.float32)
+    got = cast(values, BF16)
+    assert got.dtype == BF16 and got.shape == values.shape
+    assert np.array_equal(got.view(np.uint16), reference_bf16(values))
+
+
+def test_bfloat16_rounding_by_hand() -> None:
+    bits = np.array(
+        [0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x7F800001, 0xFFC12345, 0x80008000, 0x00018000], np.uint32
+    )
+    # ties to even (down, up), above the tie, the largest float32 rounds to inf, NaNs keep their sign as the quiet
+    # NaN, a negative tie at zero stays -0, the smallest subnormal tie rounds up to the even code 2
+    expected = [0x3F80, 0x3F82, 0x3F81, 0x7F80, 0x7FC0, 0xFFC0, 0x8000, 0x0002]
+    assert cast(bits.view(np.float32), BF16).view(np.uint16).tolist() == expected
+
+
+@given(
+    hnp.arrays(np.uint32, hnp.array_shapes(min_dims=0, max_dims=3, max_side=9), elements=st.integers(0, 2**32 - 1)),
+    st.sampled_from(["C", "F", "step"]),
+)
+def test_any_float32_in_any_layout_rounds_to_bfloat16_like_ml_dtypes(bits: np.ndarray, layout: str) -> None:
+    values = bits.view(np.float32)
+    if layout == "F":
+        values = np.asfortranarray(values)
+    elif layout == "step" and values.ndim:
+        values = np.repeat(values, 2, axis=-1)[..., ::2]
+    got = cast(values, BF16)
+    assert got.dtype == BF16 and got.shape == values.shape
+    assert np.array_equal(got.view(np.uint16), reference_bf16(values))

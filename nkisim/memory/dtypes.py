@@ -15,7 +15,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from nkisim.memory.narrow_floats import BYTE_FLOATS, narrow
+from nkisim.memory.narrow_floats import BYTE_FLOATS, narrow, to_bfloat16
+
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 TFLOAT32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
 
@@ -142,8 +144,8 @@ def round_tfloat32(values: np.ndarray) -> np.ndarray:
 def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Convert engine results (usually float32) to ``dtype`` the way the hardware writes them.
 
-    Floats round to nearest even (ml_dtypes for bf16; float32 to the one-byte floats by
-    :mod:`nkisim.memory.narrow_floats`'s tables, which give ml_dtypes' bits). Integers round to
+    Floats round to nearest even (float32 to bf16 and to the one-byte floats by
+    :mod:`nkisim.memory.narrow_floats`, which gives ml_dtypes' bits). Integers round to
     nearest even and saturate at the type's range; NaN becomes 0. Booleans are
     nonzero tests.
     """
@@ -163,8 +165,11 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return np.clip(wide, info.min, info.max).astype(dtype)
     if dtype.kind == "b":
         return values != 0
-    if dtype in BYTE_FLOATS and values.dtype == np.float32:
-        return narrow(values, dtype)
+    if values.dtype == np.float32:
+        if dtype == _BFLOAT16:
+            return to_bfloat16(values)
+        if dtype in BYTE_FLOATS:
+            return narrow(values, dtype)
     with np.errstate(over="ignore"):  # a float too large for a narrow float type becomes inf, as on the engines
         return values.astype(dtype)
 

@@ -9,6 +9,10 @@ table-driven or bit shifts, compiled, and give numpy's and ml_dtypes' bits exact
 * **One-byte floats to float32**: the 256 codes decoded once by ml_dtypes; an element is a
   table lookup. **float16**: the same with its 65,536 codes (decoded by numpy).
 * **bfloat16 to float32** is the exact widening: the 16 bits become the high half.
+* **float32 to bfloat16**, round to nearest even, is the high half of the bits after adding
+  ``0x7FFF`` and the lowest kept bit; a NaN becomes the quiet NaN of its sign (``0x7FC0``
+  or ``0xFFC0``), as ml_dtypes gives it. ml_dtypes' ``astype`` took about 3.5 times a float32
+  multiply of the same elements.
 * **float32 to a one-byte float**, round to nearest even: every rounding boundary of a
   one-byte type (a midpoint between neighbouring values, or the point past the largest
   finite value where the result becomes inf or NaN) is a float32 with at most five
@@ -71,6 +75,15 @@ def widen(array: np.ndarray) -> np.ndarray:
     return np.asarray(table[codes])  # a 0-d array for a 0-d input, as astype gives
 
 
+def to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 ``values`` rounded to bfloat16, bit-exact with ``values.astype(ml_dtypes.bfloat16)`` (C order)."""
+    bits = values.view(np.uint32)
+    if bits.ndim == 2:
+        return _f32_to_bf16_2d(bits).view(_BF16)
+    flat = np.ascontiguousarray(bits).reshape(1, -1)
+    return _f32_to_bf16_2d(flat).view(_BF16).reshape(values.shape)
+
+
 def narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """float32 ``values`` rounded to the one-byte float type ``dtype``, bit-exact with ``values.astype(dtype)``."""
     bits = np.ascontiguousarray(values).view(np.uint32)
@@ -95,6 +108,20 @@ def _bf16_to_f32_2d(halves: np.ndarray) -> np.ndarray:  # pragma: no cover - com
         for c in range(cols):
             out[r, c] = np.uint32(halves[r, c]) << 16
     return out.view(np.float32)
+
+
+@numba.njit(cache=True, nogil=True)
+def _f32_to_bf16_2d(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    rows, cols = bits.shape
+    out = np.empty((rows, cols), np.uint16)
+    for r in range(rows):
+        for c in range(cols):
+            b = bits[r, c]
+            if b & 0x7FFFFFFF > 0x7F800000:  # NaN: the quiet NaN of its sign
+                out[r, c] = ((b >> 16) & 0x8000) | 0x7FC0
+            else:  # never past 0xFF808000 (-inf), so the sum stays in 32 bits
+                out[r, c] = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
