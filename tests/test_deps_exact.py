@@ -127,6 +127,44 @@ def test_tracker_matches_a_byte_level_reference_with_blocks_of_four_rows(data):
         _run_both(storage, data.draw(programs(storage)))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_tracker_matches_a_byte_level_reference_when_runs_of_rows_share_split_cells(data):
+    """Tall columns (40 rows in blocks of eight) whose edge cells many rows split alike, then accesses to some of
+    those rows: the cells of a run share one slot until an access changes some of them and not the others."""
+    storage = Storage("sbuf", 40, 200)
+    with patch.object(tracker_module, "BLOCK_SHIFT", 3):
+        _run_both(storage, data.draw(programs(storage)))
+
+
+def test_a_tile_off_the_granule_splits_its_edge_cells_into_one_slot_per_edge():
+    storage = Storage("sbuf", 128, 4096)
+    tracker = AccessTracker(SYNC)
+    free_at_start = int(tracker._pool[0, -1]["start"])
+    tile = Region(storage, 0, 128, 60, 60 + 1024)  # its first and last cells are split in all 128 partitions
+    tracker.commit([], [tile], 10.0, 0, 0)
+    assert tracker.split_cells(storage) == 2 * 128
+    pool = tracker._pool
+    assert len(pool) - 1 - int(pool[0, -1]["start"]) == 2  # two slots in use: one per edge, for 128 cells each
+    assert free_at_start <= len(pool) - 1
+    # a read of half the partitions copies each edge's slot for those rows: the others keep theirs
+    half = Region(storage, 0, 64, 60, 60 + 1024)
+    tracker.commit([half], [], 20.0, 1, 1)
+    pool = tracker._pool
+    assert len(pool) - 1 - int(pool[0, -1]["start"]) == 4
+    assert tracker.ready([half], [half], 0) == (20.0 + SYNC, 1)  # the read, from another track, ends last
+    rest = Region(storage, 64, 128, 60, 60 + 1024)
+    assert tracker.ready([rest], [rest], 0) == (10.0, 0)  # these partitions were only written
+    everything = Region(storage, 0, 128, 0, 4096)
+    tracker.commit([], [everything], 30.0, 2, 0)  # a write over everything: its map holds no split cell
+    assert tracker.split_cells(storage) == 64 * 2  # the reads' map keeps the half read's edges, in their 2 slots
+    assert len(tracker._pool) - 1 - int(tracker._pool[0, -1]["start"]) == 2
+    tracker.commit([everything], [], 40.0, 3, 0)  # and a later read over everything merges those back
+    assert tracker.split_cells(storage) == 0
+    assert len(tracker._pool) - 1 - int(tracker._pool[0, -1]["start"]) == 0
+    assert tracker.ready([], [half], 0) == (40.0, 3)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_tracker_matches_a_byte_level_reference_with_coarse_hbm_cells(data):

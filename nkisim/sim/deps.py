@@ -53,9 +53,13 @@ _CELLS = -1
 _DONE, _NEEDS_SLOTS, _NEEDS_LONGER = 0, 1, 2
 
 # The pool is one array of SEGMENT, rows of ``longest + 3``. Row s >= 1 is a slot: its segments, two spare
-# places (painting a range adds at most two), and in the last column its count (``id``) and, while free, the
-# next free slot (``start``). Row 0 is scratch for painting; its last column holds the first free slot (``id``)
-# and how many are free (``start``).
+# places (painting a range adds at most two), and in the last column its count (``id``), how many cells point to
+# it (``end``) and, while free, the next free slot (``start``). Row 0 is scratch for painting; its last column
+# holds the first free slot (``id``) and how many are free (``start``).
+#
+# The cells of a run of rows of one column that an access splits alike share one slot: a tile at an address off
+# the granule splits the cells at its edges in every partition the same way, and its accesses then paint one slot
+# instead of one per partition. A slot some of whose cells an access changes and others not is copied first.
 
 
 @numba.njit(cache=True, nogil=True, inline="never")
@@ -263,58 +267,129 @@ def _paint(pool: np.ndarray, s: int, width: int, lo: int, hi: int, end: float, i
     pool[s, meta].id = out
 
 
-@numba.njit(cache=True, nogil=True)
-def _merge_back(ends: np.ndarray, codes: np.ndarray, m: int, c: int, r: int, pool: np.ndarray, s: int) -> None:
-    """A slot left with one segment: its record goes back to the cell, the slot to the free list."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _take_slot(pool: np.ndarray, users: int) -> int:
+    """A free slot, for ``users`` cells (the caller has made sure one is free)."""
     meta = pool.shape[1] - 1
-    if pool[s, meta].id == 1:
-        ends[m, c, r] = pool[s, 0].end
-        codes[m, c, r] = pool[s, 0].id
+    s = pool[0, meta].id
+    pool[0, meta].id = pool[s, meta].start
+    pool[0, meta].start -= 1
+    pool[s, meta].end = users
+    return s
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _release(pool: np.ndarray, s: int, users: int) -> None:
+    """``users`` cells no longer point to slot ``s``: it goes back to the free list when none does."""
+    meta = pool.shape[1] - 1
+    left = pool[s, meta].end - users
+    pool[s, meta].end = left
+    if left <= 0:
         pool[s, meta].start = pool[0, meta].id
         pool[0, meta].id = s
         pool[0, meta].start += 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _partial(
-    ends: np.ndarray, codes: np.ndarray, m: int, c: int, r: int, pool: np.ndarray, width: int, lo: int, hi: int,
-    end: float, ident: int,
-) -> None:  # fmt: skip
-    """Record an access to bytes ``[lo, hi)`` of cell ``c`` of row ``r``, not all of it: split the cell if it is
-    whole."""
+def _own_slot(codes: np.ndarray, m: int, c: int, ra: int, rb: int, pool: np.ndarray) -> int:
+    """The slot of cells ``ra..rb`` of column ``c`` (all pointing to one), theirs alone: copied if others share it."""
     meta = pool.shape[1] - 1
+    s = -codes[m, c, ra]
+    users = rb - ra
+    if pool[s, meta].end == users:
+        return s
+    copy = _take_slot(pool, users)
+    n = pool[s, meta].id
+    for k in range(n):
+        pool[copy, k] = pool[s, k]
+    pool[copy, meta].id = n
+    _release(pool, s, users)
+    for r in range(ra, rb):
+        codes[m, c, r] = -copy
+    return copy
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge_back(
+    ends: np.ndarray, codes: np.ndarray, m: int, c: int, ra: int, rb: int, pool: np.ndarray, s: int
+) -> None:
+    """A slot of cells ``ra..rb`` (theirs alone) left with one segment: its record goes back to the cells, the
+    slot to the free list."""
+    meta = pool.shape[1] - 1
+    if pool[s, meta].id == 1:
+        end, ident = pool[s, 0].end, pool[s, 0].id
+        for r in range(ra, rb):
+            ends[m, c, r] = end
+            codes[m, c, r] = ident
+        _release(pool, s, rb - ra)
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_end(codes: np.ndarray, m: int, c: int, ra: int, r1: int) -> int:
+    """The end of the run of cells from ``ra`` (before ``r1``) holding the code of cell ``ra``."""
+    code = codes[m, c, ra]
+    rb = ra + 1
+    while rb < r1 and codes[m, c, rb] == code:
+        rb += 1
+    return rb
+
+
+@numba.njit(cache=True, nogil=True)
+def _partial(
+    ends: np.ndarray, codes: np.ndarray, m: int, c: int, ra: int, rb: int, pool: np.ndarray, width: int, lo: int,
+    hi: int, end: float, ident: int,
+) -> None:  # fmt: skip
+    """Record an access to bytes ``[lo, hi)`` of cell ``c`` of rows ``ra..rb`` (one code), not all of it: split
+    the cells if they are whole (one slot for them all)."""
     keep_later = m == READS
-    code = codes[m, c, r]
-    if code >= 0:
-        if keep_later and ends[m, c, r] >= end:
+    code = codes[m, c, ra]
+    if code >= 0:  # one code, so one record (an instruction records one end in a map)
+        if keep_later and ends[m, c, ra] >= end:
             return
-        s = pool[0, meta].id  # take a free slot
-        pool[0, meta].id = pool[s, meta].start
-        pool[0, meta].start -= 1
+        s = _take_slot(pool, rb - ra)
+        meta = pool.shape[1] - 1
         pool[s, meta].id = 1
         pool[s, 0].start = 0
-        pool[s, 0].end = ends[m, c, r]
+        pool[s, 0].end = ends[m, c, ra]
         pool[s, 0].id = code
-        codes[m, c, r] = -s
+        for r in range(ra, rb):
+            codes[m, c, r] = -s
     else:
-        s = -code
+        s = _own_slot(codes, m, c, ra, rb, pool)
     _paint(pool, s, width, lo, hi, end, ident, keep_later)
-    _merge_back(ends, codes, m, c, r, pool, s)
+    _merge_back(ends, codes, m, c, ra, rb, pool, s)
 
 
 @numba.njit(cache=True, nogil=True, inline="never")
 def _whole_split(
-    ends: np.ndarray, codes: np.ndarray, m: int, c: int, r: int, pool: np.ndarray, width: int, end: float, ident: int
-) -> None:
-    """Record an access to all of split cell ``c`` of row ``r`` (out of line, as :func:`_scan_split`)."""
-    s = -codes[m, c, r]
+    ends: np.ndarray, codes: np.ndarray, m: int, c: int, ra: int, rb: int, pool: np.ndarray, width: int, end: float,
+    ident: int,
+) -> None:  # fmt: skip
+    """Record an access to all of split cell ``c`` of rows ``ra..rb``, which share a slot (out of line, as
+    :func:`_scan_split`)."""
     if m == READS:
+        s = _own_slot(codes, m, c, ra, rb, pool)
         _paint(pool, s, width, 0, width, end, ident, True)
+        _merge_back(ends, codes, m, c, ra, rb, pool, s)
     else:
-        pool[s, pool.shape[1] - 1].id = 1
-        pool[s, 0].end = end
-        pool[s, 0].id = ident
-    _merge_back(ends, codes, m, c, r, pool, s)
+        _release(pool, -codes[m, c, ra], rb - ra)
+        for r in range(ra, rb):
+            ends[m, c, r] = end
+            codes[m, c, r] = ident
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_runs(codes: np.ndarray, m: int, c: int, r0: int, r1: int, shift: int, each_row: bool) -> int:
+    """At most how many slots a read of whole cells ``r0..r1`` of column ``c`` copies: one per run of one split
+    code within a block of rows (the blocks are recorded one at a time), or per split cell with ``each_row``."""
+    runs, above = 0, 0
+    block = (1 << shift) - 1
+    for r in range(r0, r1):
+        code = codes[m, c, r]
+        if code < 0 and (each_row or code != above or r & block == 0):
+            runs += 1
+        above = code
+    return runs
 
 
 @numba.njit(cache=True, nogil=True)
@@ -341,10 +416,15 @@ def _assign_cells(
         negative = 0
         for r in range(r0, r1):
             negative += column_codes[r] >> 31  # -1 per split cell: a sum the compiler vectorises
-        if negative:  # split cells (rare): record on them first, out of line
-            for r in range(r0, r1):
+        if negative:  # split cells (rare): record on them first, out of line, a run of one slot at a time
+            r = r0
+            while r < r1:
                 if column_codes[r] < 0:
-                    _whole_split(ends, codes, m, c, r, pool, width, end, ident)
+                    rb = _run_end(codes, m, c, r, r1)
+                    _whole_split(ends, codes, m, c, r, rb, pool, width, end, ident)
+                    r = rb
+                else:
+                    r += 1
     if keep_later and column_codes[r0] >= 0 and _uniform(column_codes, r0, r1):
         if column_ends[r0] < end:  # one record, and so one end, in the whole run
             _fill_column(column_ends, column_codes, r0, r1, end, ident)
@@ -406,23 +486,30 @@ def _assign(
             for k in range(r0 >> shift, ((r1 - 1) >> shift) + 1):
                 if c in (first, last) or not full0 <= k < full1:
                     _unsummarise(ends, codes, sum_ends, sum_codes, m, c, k, shift)
-    if first >= 0 or last >= 0:
-        needed = 0
+    any_split = pool.shape[0] - 1 != pool[0, meta].start
+    if first >= 0 or last >= 0 or (keep_later and any_split):
+        needed = 0  # at most: a slot for each run of cells split or copied
         for c in (first, last):
             if c < 0:
                 continue
+            above = 0
             for r in range(r0, r1):
                 code = codes[m, c, r]
                 if code >= 0:
                     if not (keep_later and ends[m, c, r] >= end):
                         needed += 1
-                elif pool[-code, meta].id + 2 > meta:
-                    return _NEEDS_LONGER
+                elif code != above:
+                    if pool[-code, meta].id + 2 > meta:
+                        return _NEEDS_LONGER
+                    needed += 1
+                above = code
+        if keep_later and any_split:  # a read of whole split cells copies a slot other cells share
+            for c in range(inner0, inner1):
+                needed += _split_runs(codes, m, c, r0, r1, shift, r1 - r0 < SHORT_COLUMN)
         if needed > pool[0, meta].start:
             return _NEEDS_SLOTS
     cols = codes.shape[1]
     last_width = row_bytes - (cols - 1) * granule
-    any_split = pool.shape[0] - 1 != pool[0, meta].start
     if r1 - r0 < SHORT_COLUMN and inner1 > inner0:  # few rows: a row at a time, cell by cell (strided)
         flat_codes, flat_ends = codes[m].reshape(-1), ends[m].reshape(-1)  # cell (c, r) at c * rows + r
         for r in range(r0, r1):
@@ -431,7 +518,8 @@ def _assign(
                 for i in cells:
                     if flat_codes[i] < 0:
                         c = i // rows
-                        _whole_split(ends, codes, m, c, r, pool, last_width if c == cols - 1 else granule, end, ident)
+                        w = last_width if c == cols - 1 else granule
+                        _whole_split(ends, codes, m, c, r, r + 1, pool, w, end, ident)
             if keep_later:
                 for i in cells:
                     if flat_codes[i] >= 0 and flat_ends[i] < end:
@@ -469,8 +557,11 @@ def _assign(
             width = min(granule, row_bytes - base)
             lo = max(b0 - base, 0)
             hi = min(b1 - base, width)
-            for r in range(r0, r1):
-                _partial(ends, codes, m, c, r, pool, width, lo, hi, end, ident)
+            r = r0
+            while r < r1:  # a run of cells holding one code at a time: they stay alike, in one slot
+                rb = _run_end(codes, m, c, r, r1)
+                _partial(ends, codes, m, c, r, rb, pool, width, lo, hi, end, ident)
+                r = rb
     return _DONE
 
 
