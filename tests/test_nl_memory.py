@@ -222,6 +222,20 @@ def test_address_overlap_is_a_capacity_error_until_the_tile_is_freed():
     nkisim.run(kernel)
 
 
+def test_an_address_is_checked_against_every_automatic_tile_its_bytes_meet():
+    def kernel():
+        a = nl.ndarray((128, 64), nl.float32)  # 256 bytes a partition
+        b = nl.ndarray((128, 64), nl.float32)
+        assert b.byte_offset == a.byte_offset + 256  # next fit: right after a
+        for at, other in [(a.byte_offset + 252, a), (b.byte_offset + 255, b)]:  # the last bytes of a (and b's first)
+            with pytest.raises(CapacityError, match=rf"byte {at}\) .* overlaps live {other.name}"):
+                nl.ndarray((128, 2), nl.float32, address=(0, at))
+        nl.ndarray((128, 2), nl.float32, address=(0, b.byte_offset + 256))  # past both
+        nl.ndarray((64, 2), nl.float32, address=(0, b.byte_offset + 4096))  # far from both
+
+    nkisim.run(kernel)
+
+
 @pytest.mark.parametrize(
     ("shape", "buffer", "address", "error", "message"),
     [

@@ -173,6 +173,10 @@ class Allocation:
         return f"{name} {describe(shape, dtype)}"
 
 
+def _range_end(byte_range: tuple[int, int]) -> int:
+    return byte_range[1]
+
+
 #: Host bytes after each on-chip partition that no tile is given. SBUF's (192 to 256 KiB) and PSUM's (16 KiB)
 #: partitions are multiples of 4 KiB, so a tile's partition rows fall in the same sets of the host CPU's caches;
 #: BLAS packs a matmul operand across those rows, and a [128, 512] float32 operand took 12% longer to multiply.
@@ -320,10 +324,15 @@ class OnChipMemory:
                 addresses (NKI 0.3 allocators) rotate buffers through the same bytes, as on hardware.
         """
         serial = self._begin(what, (partition_offset, partitions, offset, nbytes))
-        label = Allocation(offset, nbytes, partitions, what, loc).label
-        for alloc in self.live.values():
+        # only automatic tiles are in the way: the live ones' byte ranges are sorted and disjoint (so are their
+        # ends), and when none meets these bytes there is nothing to look for among every live allocation
+        ranges = self._auto_ranges
+        meets = bisect.bisect_right(ranges, offset, key=_range_end)
+        live = self.live.values() if meets < len(ranges) and ranges[meets][0] < offset + max(nbytes, 1) else ()
+        for alloc in live:
             if not alloc.placed and alloc.overlaps(offset, max(nbytes, 1), partition_offset, partitions):
                 where = f" (allocated at {alloc.loc})" if alloc.loc else ""
+                label = Allocation(offset, nbytes, partitions, what, loc).label
                 raise CapacityError(
                     f"{self.name.upper()} address (partition {partition_offset}, byte {offset}) for {label} "
                     f"overlaps live {alloc.label} at partitions {alloc.partition_offset}:"
