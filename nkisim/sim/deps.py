@@ -111,19 +111,6 @@ def _fill_column(column_ends: np.ndarray, column_codes: np.ndarray, r0: int, r1:
 
 
 @numba.njit(cache=True, nogil=True)
-def _unsummarise(
-    ends: np.ndarray, codes: np.ndarray, sum_ends: np.ndarray, sum_codes: np.ndarray, m: int, c: int, k: int, shift: int
-) -> None:
-    """Give every row of block ``k`` of column ``c`` of map ``m`` its summary's record; its cells hold them then."""
-    code = sum_codes[m, c, k]
-    if code != _CELLS:
-        _fill_column(
-            ends[m, c], codes[m, c], k << shift, min((k + 1) << shift, codes.shape[2]), sum_ends[m, c, k], code
-        )
-        sum_codes[m, c, k] = _CELLS
-
-
-@numba.njit(cache=True, nogil=True)
 def _scan(
     ends: np.ndarray,
     codes: np.ndarray,
@@ -482,10 +469,18 @@ def _assign(
     if r1 - r0 < SHORT_COLUMN or full0 >= full1:
         full0 = full1 = 0
     if first >= 0 or last >= 0 or full0 > r0 >> shift or full1 <= (r1 - 1) >> shift:  # some block in part
+        # such blocks give their summary's record to their cells (in line: a call per cell of a row of many cells,
+        # an HBM tensor's strided view, cost more than the access itself)
         for c in range(c0, c1):
+            edge = c in (first, last)
             for k in range(r0 >> shift, ((r1 - 1) >> shift) + 1):
-                if c in (first, last) or not full0 <= k < full1:
-                    _unsummarise(ends, codes, sum_ends, sum_codes, m, c, k, shift)
+                code = sum_codes[m, c, k]
+                if code != _CELLS and (edge or not full0 <= k < full1):
+                    held = sum_ends[m, c, k]
+                    for r in range(k << shift, min((k + 1) << shift, rows)):
+                        ends[m, c, r] = held
+                        codes[m, c, r] = code
+                    sum_codes[m, c, k] = _CELLS
     any_split = pool.shape[0] - 1 != pool[0, meta].start
     if first >= 0 or last >= 0 or (keep_later and any_split):
         needed = 0  # at most: a slot for each run of cells split or copied

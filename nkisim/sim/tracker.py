@@ -75,7 +75,7 @@ class AccessTracker:
         if self._used + size > len(self._ends):
             # A large first capacity spares most kernels the copy (and its transient peak) of growing. It is never
             # cleared: a new grid's blocks start summarised as "no record", and a block's cells are written
-            # before they are read (_unsummarise), so only the pages of cells some access reached are touched.
+            # before they are read (deps._assign), so only the pages of cells some access reached are touched.
             capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
             ends, codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
             ends[: self._used] = self._ends[: self._used]
