@@ -314,6 +314,35 @@ def test_a_storage_met_after_the_arena_held_other_values_starts_with_no_records(
         assert tracker.ready([], [region], 0) == (10.0, 1)  # a write waits for it
 
 
+def test_a_new_tracker_takes_the_arena_a_finished_one_left_and_records_nothing_of_it():
+    storage = Storage("sbuf", 128, 4096)
+    first = AccessTracker(SYNC)
+    tile = Region(storage, 0, 128, 0, 4096)
+    first.commit([tile], [tile], 10.0, 0, 0)
+    arena = first._ends
+    del first  # its arena is the spare now
+    second = AccessTracker(SYNC)
+    other = Storage("sbuf", 128, 4096)
+    assert second.ready([Region(other, 0, 128, 0, 4096)], [], 0) == (0.0, -1)  # a new storage: no record
+    assert second._ends is arena
+    third = AccessTracker(SYNC)  # while the second holds it, another tracker makes its own
+    third.ready([Region(other, 0, 128, 0, 64)], [], 0)
+    assert third._ends is not arena
+
+
+def test_a_tracker_that_outgrows_the_spare_arena_gives_it_back_after_copying_it():
+    with patch.object(tracker_module, "FIRST_ARENA_CELLS", 2 * 128 * 64):  # one 128 x 4096 storage's maps
+        tracker = AccessTracker(SYNC)
+        a, b = Storage("sbuf", 128, 4096), Storage("sbuf", 128, 4096)
+        tracker.commit([], [Region(a, 0, 128, 0, 4096)], 10.0, 0, 0)
+        first = tracker._ends
+        tracker.commit([], [Region(b, 0, 128, 0, 4096)], 20.0, 1, 0)  # a second grid: the arena grows
+        assert tracker._ends is not first and len(tracker._ends) > len(first)
+        assert tracker_module._SPARE_ARENA[-1][0] is first
+        assert tracker.ready([Region(a, 0, 128, 0, 4096)], [], 0) == (10.0, 0)  # the copy kept a's records
+        assert tracker.ready([Region(b, 0, 128, 0, 4096)], [], 0) == (20.0, 1)
+
+
 def test_split_cells_merge_back_when_covered_whole():
     storage = Storage("sbuf", 2, 256)
     tracker = AccessTracker(SYNC)

@@ -145,3 +145,13 @@ def test_placement_names_the_deps_module_it_was_last_changed_with():
     assert hashlib.sha256(source.encode()).hexdigest() == placement.DEPS_SHA256, (
         "nkisim/sim/deps.py changed: set placement.DEPS_SHA256 to its new SHA-256"
     )
+
+
+def test_a_run_after_others_in_the_process_places_as_the_first_did():
+    """Runs take the dependency arena a finished run left (stale cells, other grids): the timeline is the same."""
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal((1024, 128), dtype=np.float32), rng.standard_normal((128, 128), dtype=np.float32)]
+    first = timeline_columns(nkisim.run(mixed, inputs, target="trn2").profile)
+    square = [rng.standard_normal((512, 512), dtype=np.float32) for _ in range(2)]
+    nkisim.run(matmul_tiled, square, target="trn2")  # writes records all over the arena it leaves
+    assert timeline_columns(nkisim.run(mixed, inputs, target="trn2").profile) == first

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import weakref
+from collections import deque
+
 import numpy as np
 
 from nkisim.memory import Region, Storage
@@ -12,6 +15,10 @@ from nkisim.sim.deps import _CELLS, _DONE, _NEEDS_SLOTS, FIRST_LONGEST, SEGMENT,
 HBM_CELLS = 1 << 18
 #: Cells of both maps the arena holds at first (48 MiB of address space: SBUF's maps and a few HBM tensors').
 FIRST_ARENA_CELLS = 1 << 22
+#: The arena (ends, codes) of :data:`FIRST_ARENA_CELLS` cells that a finished tracker left, for the next one: a new
+#: arena is an mmap of fresh pages, and a run faulted in a few thousand of them (3 us each on a virtual machine)
+#: whatever it ran. One at most is kept; ``pop`` and ``append`` of a deque are atomic, so threads share it safely.
+_SPARE_ARENA: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=1)
 #: Instructions whose track the tracker has room for at first (it doubles when more come).
 FIRST_INSTRUCTIONS = 1024
 #: Bytes per cell on chip.
@@ -54,6 +61,8 @@ class AccessTracker:
         self._used = 0  # cells of the arena in use
         self._ends = np.zeros(0)
         self._codes = np.zeros(0, dtype=np.int32)
+        #: Gives the spare arena this tracker took back (see :data:`_SPARE_ARENA`); None once given.
+        self._returns: weakref.finalize | None = None
         self._sums_used = 0  # block summaries in use
         self._sum_ends = np.zeros(0)
         self._sum_codes = np.zeros(0, dtype=np.int32)
@@ -63,6 +72,21 @@ class AccessTracker:
         self._regions = np.zeros((8, 5), dtype=np.int64)
         # the lists whose regions _regions holds (the scheduler asks and then records with the same lists)
         self._filled: tuple[list[Region], list[Region]] | None = None
+
+    def _new_arena(self, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+        """Room for ``capacity`` cells of both maps: the first arena is the spare one when there is one, given
+        back when this tracker is gone (or has outgrown it)."""
+        if capacity != FIRST_ARENA_CELLS:
+            return np.empty(capacity), np.empty(capacity, dtype=np.int32)
+        try:
+            arena = _SPARE_ARENA.pop()
+        except IndexError:
+            arena = None
+        if arena is None or len(arena[0]) != capacity:
+            arena = (np.empty(capacity), np.empty(capacity, dtype=np.int32))
+        self._returns = weakref.finalize(self, _SPARE_ARENA.append, arena)
+        self._returns.atexit = False
+        return arena
 
     def _add_grid(self, storage: Storage) -> int:
         granule = granule_of(storage)
@@ -77,10 +101,13 @@ class AccessTracker:
             # cleared: a new grid's blocks start summarised as "no record", and a block's cells are written
             # before they are read (deps._assign), so only the pages of cells some access reached are touched.
             capacity = max(self._used + size, 2 * len(self._ends), FIRST_ARENA_CELLS)
-            ends, codes = np.empty(capacity), np.empty(capacity, dtype=np.int32)
+            outgrown, self._returns = self._returns, None
+            ends, codes = self._new_arena(capacity)
             ends[: self._used] = self._ends[: self._used]
             codes[: self._used] = self._codes[: self._used]
             self._ends, self._codes = ends, codes
+            if outgrown is not None:  # after the copy: another tracker may take the old arena at once
+                outgrown()
         shift = BLOCK_SHIFT
         summaries = 2 * cols * (((rows - 1) >> shift) + 1) + 2  # the blocks', then the whole grid's (deps._whole)
         if self._sums_used + summaries > len(self._sum_ends):
