@@ -27,6 +27,7 @@ from nkisim.isa.carriers import Carrier
 from nkisim.isa.spec import Access, InstructionSpec, Operands
 from nkisim.memory import ON_CHIP_BUFFERS, Buffer, Storage, Tensor, dtype_name
 from nkisim.memory.dtypes import ConversionLog
+from nkisim.memory.space import lazy_zeros
 from nkisim.sim.loops import LoopTracker
 from nkisim.sim.plans import Plan, bind
 
@@ -168,7 +169,9 @@ class Checker:
         """The shadow of a storage's bytes, with every deferred fill made."""
         shadow = self._shadows.get(storage.uid)
         if shadow is None or shadow.shape != storage.bytes.shape:
-            shadow = self._shadows[storage.uid] = np.zeros(storage.bytes.shape, dtype=np.uint8)
+            # pages made as they are touched, never huge pages: numpy asks the OS for those for a large array, and
+            # a kernel asked to compact memory for one can stall the first write to a shadow for most of a second
+            shadow = self._shadows[storage.uid] = lazy_zeros(storage.bytes.shape, np.uint8)
         fills = self._deferred.pop(storage, None)
         if fills:
             for (r0, r1, b0, b1), mark in fills.items():
@@ -242,7 +245,7 @@ class Checker:
         """The origin numbers of a static view's bytes (see ``_origin_maps``)."""
         origins = self._origin_maps.get(t.storage.uid)
         if origins is None or origins.shape != t.storage.bytes.shape:
-            origins = self._origin_maps[t.storage.uid] = np.zeros(t.storage.bytes.shape, dtype=np.int32)
+            origins = self._origin_maps[t.storage.uid] = lazy_zeros(t.storage.bytes.shape, np.int32)  # as _shadow's
         return _per_byte(origins, t, every_byte)
 
     def _taint(self, t: Tensor) -> np.ndarray | None:
