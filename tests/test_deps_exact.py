@@ -330,6 +330,24 @@ def test_a_new_tracker_takes_the_arena_a_finished_one_left_and_records_nothing_o
     assert third._ends is not arena
 
 
+def test_stale_cells_of_a_reused_arena_cost_no_slots():
+    """The spare arena holds what an earlier run left, split codes included, under blocks that are summarised as
+    having no record: a read over them must neither count nor copy slots for those cells."""
+    cells = tracker_module.FIRST_ARENA_CELLS
+    stale = (np.full(cells, 5.0), np.full(cells, -3, dtype=np.int32))  # every cell "split", pointing to slot 3
+    tracker_module._SPARE_ARENA.append(stale)
+    tracker = AccessTracker(SYNC)
+    storage = Storage("sbuf", 128, 65536)
+    tracker.commit([], [Region(storage, 0, 128, 60, 124)], 10.0, 0, 0)  # a split cell of its own: some slot in use
+    assert tracker._ends is stale[0]
+    whole = Region(storage, 0, 128, 1024, 65536)  # never accessed: summarised, its cells stale
+    slots = len(tracker._pool)
+    tracker.commit([whole], [], 20.0, 1, 0)
+    assert len(tracker._pool) == slots  # no slot for the 129,024 stale "split" cells (4 blocks of 1,008 columns)
+    assert tracker.ready([], [whole], 0) == (20.0, 1)
+    assert tracker.ready([Region(storage, 0, 128, 60, 124)], [], 0) == (10.0, 0)
+
+
 def test_a_tracker_that_outgrows_the_spare_arena_gives_it_back_after_copying_it():
     with patch.object(tracker_module, "FIRST_ARENA_CELLS", 2 * 128 * 64):  # one 128 x 4096 storage's maps
         tracker = AccessTracker(SYNC)

@@ -366,12 +366,18 @@ def _whole_split(
 
 
 @numba.njit(cache=True, nogil=True)
-def _split_runs(codes: np.ndarray, m: int, c: int, r0: int, r1: int, shift: int, each_row: bool) -> int:
+def _split_runs(
+    codes: np.ndarray, sum_codes: np.ndarray, m: int, c: int, r0: int, r1: int, shift: int, each_row: bool
+) -> int:
     """At most how many slots a read of whole cells ``r0..r1`` of column ``c`` copies: one per run of one split
-    code within a block of rows (the blocks are recorded one at a time), or per split cell with ``each_row``."""
+    code within a block of rows (the blocks are recorded one at a time), or per split cell with ``each_row``.
+    A summarised block's cells are stale (the arena is never cleared): they are not counted, nor recorded."""
     runs, above = 0, 0
     block = (1 << shift) - 1
     for r in range(r0, r1):
+        if sum_codes[m, c, r >> shift] != _CELLS:
+            above = 0
+            continue
         code = codes[m, c, r]
         if code < 0 and (each_row or code != above or r & block == 0):
             runs += 1
@@ -500,7 +506,7 @@ def _assign(
                 above = code
         if keep_later and any_split:  # a read of whole split cells copies a slot other cells share
             for c in range(inner0, inner1):
-                needed += _split_runs(codes, m, c, r0, r1, shift, r1 - r0 < SHORT_COLUMN)
+                needed += _split_runs(codes, sum_codes, m, c, r0, r1, shift, r1 - r0 < SHORT_COLUMN)
         if needed > pool[0, meta].start:
             return _NEEDS_SLOTS
     cols = codes.shape[1]

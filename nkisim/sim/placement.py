@@ -25,7 +25,7 @@ from nkisim.sim.deps import _DONE, _commit_all, _ready_all
 #: :func:`place_batch` with the dependency scans of ``deps.py`` compiled into it, but invalidates that cache
 #: only when this file changes; ``tests/test_placement.py`` fails until this is brought up to date after a change
 #: to ``deps.py``, so that both files change together and no stale cache outlives the change.
-DEPS_SHA256 = "09386cd12702af18960a1a74a7f2d5e2b7df57828563197e5a1e46bbe7cd142e"
+DEPS_SHA256 = "9b3b3760b06eb8e8e6af3bb5d1ef335132868e7274d3840458017b7636c1f1ab"
 
 # PlacementState.scalars (float64)
 LOAD_STATIONARY_FREE, MATMUL_START = 0, 1
