@@ -326,11 +326,12 @@ class OnChipMemory:
         serial = self._begin(what, (partition_offset, partitions, offset, nbytes))
         # only automatic tiles are in the way: the live ones' byte ranges are sorted and disjoint (so are their
         # ends), and when none meets these bytes there is nothing to look for among every live allocation
+        size = max(nbytes, 1)
         ranges = self._auto_ranges
         meets = bisect.bisect_right(ranges, offset, key=_range_end)
-        live = self.live.values() if meets < len(ranges) and ranges[meets][0] < offset + max(nbytes, 1) else ()
+        live = self.live.values() if meets < len(ranges) and ranges[meets][0] < offset + size else ()
         for alloc in live:
-            if not alloc.placed and alloc.overlaps(offset, max(nbytes, 1), partition_offset, partitions):
+            if not alloc.placed and alloc.overlaps(offset, size, partition_offset, partitions):
                 where = f" (allocated at {alloc.loc})" if alloc.loc else ""
                 label = Allocation(offset, nbytes, partitions, what, loc).label
                 raise CapacityError(
