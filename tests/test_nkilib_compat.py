@@ -66,6 +66,28 @@ def test_static_cast_to_bf16_rounds_to_nearest_even(values):
     np.testing.assert_array_equal(out.view(np.uint16), ref_bf16_bits(x))
 
 
+@FAST
+@given(
+    st.sampled_from(["bfloat16", "float8_e4m3fn", "float8_e4m3", "float8_e5m2"]),
+    st.sampled_from([(7,), (3, 5), (2, 3, 4), ()]),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+)
+def test_static_cast_of_any_float32_bits_matches_ml_dtypes(name, shape, seed, transposed):
+    # any bit pattern: NaNs, infinities, subnormals and values past the narrow type's range included
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    if transposed:
+        x = x.T  # a Fortran-ordered view for two or more dims
+    target = np.dtype(getattr(ml_dtypes, name))
+    with np.errstate(all="ignore"):
+        expected = x.astype(target)
+    out = static_cast(x, target)
+    assert out.dtype == target and out.shape == expected.shape
+    codes = np.uint8 if target.itemsize == 1 else np.uint16
+    np.testing.assert_array_equal(out.view(codes), expected.view(codes))
+
+
 def test_static_cast_bf16_ties_go_to_even():
     # 1 + 2^-8 is halfway between bf16 1.0 and 1 + 2^-7: even mantissa (1.0) wins; 1 + 3*2^-8 rounds up.
     x = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8)], dtype=np.float32)
