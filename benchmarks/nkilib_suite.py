@@ -38,7 +38,10 @@ shapes the suite would otherwise skip as slow (every name containing 4096, 8192 
 kept in the repository, so that the document can be rewritten for every target at once.
 
 The triage of failures is :data:`TRIAGE`: a pattern on the test id or message and a
-verdict. Failures no entry matches are listed as untriaged with their message.
+verdict. Failures no entry matches are listed as untriaged with their message. pytest-xdist names a worker
+that died "crashed" whatever stopped it; while a run goes on the script reads the kernel's log (``dmesg``,
+where it can) and records the run's worker crashes next to the out-of-memory kills that log showed meanwhile
+(:mod:`oom_log`), which the document states per target.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nkilib_triage import RUN_ALL_ENV, skip_reason, triage
+from oom_log import OomWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "nkilib_results"
@@ -83,6 +87,10 @@ OUTCOMES = ("passed", "failed", "error", "skipped")
 #: for that platform; five files fail to collect on both, each recorded as one error), for the share of the suite
 #: recorded and the expected time of a whole run.
 SUITE_TESTS = {"trn2": 8_405, "trn3": 8_996}
+#: How a worker that died shows in a test's message (pytest-xdist's words), whatever stopped it.
+CRASH = re.compile(r"crashed while running|node down|Not properly terminated")
+#: Seconds between reads of the kernel's log while the suite runs (:class:`oom_log.OomWatch`).
+OOM_POLL_S = 20
 
 
 def family_of(classname: str) -> str:
@@ -214,10 +222,18 @@ def run_suite(
     print("$", " ".join(cmd), flush=True)
     start = time.monotonic()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops pytest, which ends with what it finished
+    watch = OomWatch()
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT, preexec_fn=_interruptible
         )  # progress shows
+        while True:
+            try:
+                proc.wait(timeout=OOM_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                watch.poll()
+        watch.poll()
     finally:
         signal.signal(signal.SIGINT, previous)
     wall = time.monotonic() - start
@@ -236,6 +252,10 @@ def run_suite(
         "interrupted": proc.returncode in STOPPED,
         "tests": rows,
     }
+    crashes = sum(1 for row in rows if CRASH.search(row["message"]))
+    if watch.new is not None:  # the kernel's log could be read: how many of the run's worker crashes it explains
+        record["crashes"] = crashes
+        record["oom_kills"] = len(watch.new)
     path = results_path(target, everything)
     with _locked(path):  # another run of this target may be writing its outcomes now
         if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
@@ -257,6 +277,12 @@ def run_suite(
             record["workers"] = old.get("workers", 2)  # runs recorded before the count was kept used -n 2
             record["interrupted"] = old.get("interrupted", False)
             rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": workers}
+            for key in ("crashes", "oom_kills"):
+                if key in record:
+                    rerun_entry[key] = record.pop(key)
+            for key in ("crashes", "oom_kills"):  # the first run's, where it was counted
+                if key in old:
+                    record[key] = old[key]
             if again:
                 rerun_entry["tests"] = len(again)
                 rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
@@ -298,6 +324,19 @@ def expected_time(runs: list[dict], tests: int, target: str) -> str:
         "included; a lower bound while the families not run yet, which hold the largest MoE and transformer "
         "tests, are left out)."
     )
+
+
+def crash_lines(runs: list[dict]) -> list[str]:
+    """What the kernel's log said of the worker crashes of ``runs`` (those that could read it), for the doc."""
+    counted = [run for run in runs if "oom_kills" in run]
+    if not counted:
+        return []
+    crashes, kills = sum(run["crashes"] for run in counted), sum(run["oom_kills"] for run in counted)
+    return [
+        f"Worker crashes in the {len(counted)} run{'' if len(counted) == 1 else 's'} that read the kernel's log: "
+        f"{crashes}; out-of-memory kills in that log while they ran: {kills} (any process's).",
+        "",
+    ]
 
 
 def recorded_ids(path: Path, families: list[str]) -> list[str]:
@@ -527,6 +566,7 @@ def write_doc(path: Path = DOC) -> None:
             out += [f"Wall time ({how}): {record['wall_s']} s for {scope}{commit}.", ""]
         for rerun in reruns:
             out += [f"Re-run after fixes: {', '.join(rerun['families'])} in {rerun['wall_s']} s.", ""]
+        out += crash_lines([record, *record.get("reruns", [])])
         seconds = family_seconds(record["tests"])
         out += [
             "| family | passed | failed | error | skipped | pass rate | test time (s) |",

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import nkilib_suite as suite
+import oom_log
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -183,11 +184,30 @@ def test_a_rerun_selects_recorded_failures_by_pattern_and_names_their_pytest_nod
     )
 
 
-def _fake_suite(tmp_path, monkeypatch, family: str, old: list[dict], finished: list[tuple[str, str]], code: int = 0):
+def _fake_suite(
+    tmp_path,
+    monkeypatch,
+    family: str,
+    old: list[dict],
+    finished: list[tuple[str, str]],
+    code: int = 0,
+    logs: list[str | None] | None = None,
+    messages: dict[str, str] | None = None,
+):
     """A checkout with ``family``, a recorded ``old`` run, and a pytest stand-in whose junit lists ``finished``
-    (classname, test name) and exits with ``code``; returns the checkout and the commands run."""
+    (classname, test name; an error with ``messages[name]`` where given) and exits with ``code``; the kernel's log
+    reads as ``logs`` in turn (at the start, then at each poll; unreadable when not given). Returns the checkout
+    and the commands run."""
     import json
     import subprocess
+
+    reads = iter(range(1_000_000))
+
+    def read_log() -> str | None:  # the last text stays what the log shows
+        return logs[min(next(reads), len(logs) - 1)] if logs else None
+
+    monkeypatch.setattr(suite, "OomWatch", lambda: oom_log.OomWatch(read=read_log))
+    messages = messages or {}
 
     checkout = tmp_path / "lib"
     (checkout / "test" / "integration" / "nkilib" / family).mkdir(parents=True)
@@ -205,11 +225,31 @@ def _fake_suite(tmp_path, monkeypatch, family: str, old: list[dict], finished: l
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         commands.append(cmd)
         junit = next(arg for arg in cmd if arg.startswith("--junitxml=")).split("=", 1)[1]
-        cases = "".join(f'<testcase classname="{cls}" name="{name}" time="2.0"/>' for cls, name in finished)
+        cases = "".join(
+            f'<testcase classname="{cls}" name="{name}" time="2.0">'
+            + (f'<error message="{messages[name]}">trace</error>' if name in messages else "")
+            + "</testcase>"
+            for cls, name in finished
+        )
         Path(junit).write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
         return subprocess.CompletedProcess(cmd, code)
 
+    class FakePopen:
+        """pytest, run to its end at once; the script waits for it as for the real one."""
+
+        def __init__(self, cmd, **kwargs):
+            self.args = cmd
+            self.returncode = fake_run(cmd, **kwargs).returncode
+            self.waits = 0
+
+        def wait(self, timeout=None):
+            self.waits += 1
+            if self.waits == 1:  # still running at the first look: the script reads the kernel's log meanwhile
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            return self.returncode
+
     monkeypatch.setattr(suite.subprocess, "run", fake_run)
+    monkeypatch.setattr(suite.subprocess, "Popen", FakePopen)
     return checkout, commands
 
 
@@ -396,3 +436,96 @@ def test_a_whole_suite_record_of_a_target_never_counted_says_its_total_is_unknow
     line = next(line for line in suite.summary_lines(records) if line.startswith("| trn1 "))
     assert line.startswith("| trn1 | all | 1 of ? | 1 |")
     assert "the 1,234 tests of the whole suite take about" in suite.expected_time([{"wall_s": 10.0}], 1, "trn1")
+
+
+# -- worker crashes against the kernel's log ---------------------------------------------------------------------
+
+#: Two kills as the kernel writes them (the format of Linux's oom_kill.c), with a line of another kind between.
+KERNEL_LOG = """\
+[ 2343.688758] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task=python
+[ 2343.688800] Out of memory: Killed process 6906 (python) total-vm:17147108kB, anon-rss:15979148kB, file-rss:120kB
+[ 2500.100000] usb 1-1: new device
+[ 2745.427489] Out of memory: Killed process 2435 (python) total-vm:26376352kB, anon-rss:21045488kB, file-rss:0kB
+"""
+
+
+def test_the_kernel_log_s_oom_kills_are_read_with_their_time_process_and_memory():
+    assert oom_log.kills(KERNEL_LOG) == [
+        oom_log.Kill(2343.6888, 6906, "python", 15979148),
+        oom_log.Kill(2745.427489, 2435, "python", 21045488),
+    ]
+    assert oom_log.kills("[ 1.0] usb 1-1: new device\n") == []
+
+
+def test_a_watch_counts_the_kills_after_its_start_even_when_the_ring_buffer_drops_them():
+    first, second = KERNEL_LOG.splitlines()[1], KERNEL_LOG.splitlines()[3]
+    third = "[ 3000.5] Out of memory: Killed process 77 (pytest) total-vm:1kB, anon-rss:2048kB, file-rss:0kB"
+    texts = iter([first, f"{first}\n{second}", third])  # at the start, then two polls; the last lost the others
+    watch = oom_log.OomWatch(read=lambda: next(texts))
+    watch.poll()
+    watch.poll()
+    assert [(k.pid, k.rss_kb) for k in watch.new] == [(2435, 21045488), (77, 2048)]  # the kill before it left out
+    unreadable = oom_log.OomWatch(read=lambda: None)
+    unreadable.poll()
+    assert unreadable.new is None
+
+
+def test_a_run_records_its_worker_crashes_and_the_oom_kills_the_log_shows(tmp_path, monkeypatch):
+    cls = "integration.nkilib.core.max.test_max.T"
+    crash = "worker 'gw0' crashed while running 'integration/nkilib/core/max/test_max.py::T::test_b'"
+    kill = KERNEL_LOG.splitlines()[1]
+    checkout, _ = _fake_suite(
+        tmp_path, monkeypatch, "core/max", [], [(cls, "test_a"), (cls, "test_b")],
+        logs=["", kill], messages={"test_b": crash},
+    )  # fmt: skip
+    record = suite.run_suite(checkout, "trn2", 1, True, ["core/max"])
+    run = record["reruns"][-1]  # the family was recorded before: this run is an entry of its record
+    assert (run["crashes"], run["oom_kills"]) == (1, 1)
+    assert suite.crash_lines([record, run]) == [
+        "Worker crashes in the 1 run that read the kernel's log: 1; out-of-memory kills in that log while they "
+        "ran: 1 (any process's).",
+        "",
+    ]
+
+
+def test_a_resumed_run_keeps_its_counts_in_its_own_entry_and_the_first_run_s_in_the_record(tmp_path, monkeypatch):
+    cls = "integration.nkilib.core.max.test_max.T"
+    old = [{"id": f"{cls}::test_a", "family": "core/max", "outcome": "passed", "message": ""}]
+    checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/max", old, [(cls, "test_c")], logs=["", ""])
+    record = suite.run_suite(checkout, "trn2", 1, True, ["core/max"], resume=True)
+    assert "crashes" not in record  # the first run could not read the log
+    assert (record["reruns"][-1]["crashes"], record["reruns"][-1]["oom_kills"]) == (0, 0)
+    runs = [record, *record["reruns"], {"crashes": 3, "oom_kills": 2}]
+    assert suite.crash_lines(runs)[0].startswith("Worker crashes in the 2 runs that read the kernel's log: 3; ")
+    unread = _fake_suite(tmp_path / "b", monkeypatch, "core/max", [], [(cls, "test_d")])[0]
+    assert "oom_kills" not in suite.run_suite(unread, "trn2", 1, True, ["core/max"])
+
+
+def test_a_first_run_of_a_target_keeps_its_counts_in_the_record_itself(tmp_path, monkeypatch):
+    cls = "integration.nkilib.core.max.test_max.T"
+    kill = KERNEL_LOG.splitlines()[3]
+    checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/max", [], [(cls, "test_a")], logs=["", kill])
+    suite.results_path("trn2", True).unlink()  # nothing recorded for trn2 yet
+    record = suite.run_suite(checkout, "trn2", 1, True, ["core/max"])
+    assert (record["crashes"], record["oom_kills"], record.get("reruns")) == (0, 1, None)
+
+
+def test_the_kernel_log_unreadable_or_lost_during_a_run_is_unknown_not_zero(monkeypatch):
+    import subprocess
+
+    def refused(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="dmesg: read kernel buffer failed")
+
+    monkeypatch.setattr(oom_log.subprocess, "run", refused)
+    assert oom_log.read_log() is None
+
+    def missing(cmd, **kwargs):
+        raise FileNotFoundError(cmd[0])
+
+    monkeypatch.setattr(oom_log.subprocess, "run", missing)
+    assert oom_log.read_log() is None
+    texts = iter(["", None, KERNEL_LOG])
+    watch = oom_log.OomWatch(read=lambda: next(texts))
+    watch.poll()  # the log cannot be read any more: kills may have gone uncounted
+    watch.poll()
+    assert watch.new is None
