@@ -8,7 +8,7 @@ tests check that the sampling decides every input the same way.
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -67,6 +67,7 @@ def test_values_on_each_midpoint_round_to_even_and_just_above_round_up(dtype: np
         assert got[:3].tolist() == [448, 448, 448] and np.isnan(got[3])
 
 
+@settings(deadline=None)  # the first example compiles the conversion (numba: about 0.3 s)
 @given(
     bits=hnp.arrays(
         np.uint32, hnp.array_shapes(min_dims=0, max_dims=3, max_side=9), elements=st.integers(0, 2**32 - 1)
@@ -140,6 +141,7 @@ def test_bfloat16_rounding_by_hand() -> None:
     assert cast(bits.view(np.float32), BF16).view(np.uint16).tolist() == expected
 
 
+@settings(deadline=None)  # the first example of a layout compiles the conversion for it (numba: about 0.3 s)
 @given(
     hnp.arrays(np.uint32, hnp.array_shapes(min_dims=0, max_dims=3, max_side=9), elements=st.integers(0, 2**32 - 1)),
     st.sampled_from(["C", "F", "step"]),
