@@ -62,7 +62,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-from nkilib_triage import RUN_ALL_ENV, skip_reason, triage
+from nkilib_triage import CRASH, RUN_ALL_ENV, skip_reason, triage
 from oom_log import OomWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,8 +87,6 @@ OUTCOMES = ("passed", "failed", "error", "skipped")
 #: for that platform; five files fail to collect on both, each recorded as one error), for the share of the suite
 #: recorded and the expected time of a whole run.
 SUITE_TESTS = {"trn2": 8_405, "trn3": 8_996}
-#: How a worker that died shows in a test's message (pytest-xdist's words), whatever stopped it.
-CRASH = re.compile(r"crashed while running|node down|Not properly terminated")
 #: Seconds between reads of the kernel's log while the suite runs (:class:`oom_log.OomWatch`).
 OOM_POLL_S = 20
 
@@ -252,10 +250,10 @@ def run_suite(
         "interrupted": proc.returncode in STOPPED,
         "tests": rows,
     }
-    crashes = sum(1 for row in rows if CRASH.search(row["message"]))
-    if watch.new is not None:  # the kernel's log could be read: how many of the run's worker crashes it explains
-        record["crashes"] = crashes
-        record["oom_kills"] = len(watch.new)
+    # where the kernel's log could be read: the run's worker crashes, and the OOM kills that may explain them
+    kills = watch.new
+    crashes = sum(1 for row in rows if re.search(CRASH, row["message"]))
+    logged = {} if kills is None else {"crashes": crashes, "oom_kills": len(kills)}
     path = results_path(target, everything)
     with _locked(path):  # another run of this target may be writing its outcomes now
         if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
@@ -277,12 +275,8 @@ def run_suite(
             record["workers"] = old.get("workers", 2)  # runs recorded before the count was kept used -n 2
             record["interrupted"] = old.get("interrupted", False)
             rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": workers}
-            for key in ("crashes", "oom_kills"):
-                if key in record:
-                    rerun_entry[key] = record.pop(key)
-            for key in ("crashes", "oom_kills"):  # the first run's, where it was counted
-                if key in old:
-                    record[key] = old[key]
+            rerun_entry.update(logged)
+            record.update({key: old[key] for key in ("crashes", "oom_kills") if key in old})  # the first run's
             if again:
                 rerun_entry["tests"] = len(again)
                 rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
@@ -291,6 +285,8 @@ def run_suite(
             if proc.returncode in STOPPED:  # stopped early: the tests finished so far are kept, and said to be
                 rerun_entry["interrupted_after"] = len(rows)
             record["reruns"] = [*old.get("reruns", []), rerun_entry]
+        else:
+            record.update(logged)
         path.write_text(json.dumps(record, indent=1))
     return record
 

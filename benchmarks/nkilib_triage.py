@@ -39,6 +39,9 @@ LATER_MX_GOLDEN = (
 #: "unmodelled" (the kernel relies on something nkisim does not model yet), "suite" (the test or its
 #: reference is broken), "timeout" (slower than --timeout), "memory" (the machine ran out of memory), "disk" (the
 #: machine's disk was full). First match wins.
+#: How a worker that died shows in a test's message (pytest-xdist's words), whatever stopped it.
+CRASH = r"crashed while running|node down|Not properly terminated"
+
 TRIAGE: list[tuple[str, str, str]] = [
     (
         r"No space left on device",
@@ -214,7 +217,7 @@ TRIAGE: list[tuple[str, str, str]] = [
         "matrix k_prior.permute(0, 1, 3, 2) @ q (nki-library commit d2ad3a5), more than this 24 GB machine has",
     ),
     (
-        r"crashed while running|node down|Not properly terminated",
+        CRASH,
         "memory",
         "the xdist worker was killed for memory (24 GB machine; two workers at once, or one for the largest). "
         "Measured with memray on "
