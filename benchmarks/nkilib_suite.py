@@ -62,6 +62,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from nkilib_select import ONLY_ENV
 from nkilib_triage import CRASH, RUN_ALL_ENV, skip_reason, triage
 from oom_log import OomWatch
 
@@ -177,10 +178,13 @@ def run_suite(
         again = rerun_ids(results_path(target, everything), families, rerun)
         if not again:
             sys.exit(f"no recorded failure of {families} matches {rerun!r}")
-        paths = [node_id(checkout, test_id) for test_id in again]
+        # their files, of which the plugin keeps those tests: named one by one, a test that is not collected
+        # again (an unseeded sweep's draw) would stop the whole run
+        paths = list(dict.fromkeys(node_id(checkout, test_id).partition("::")[0] for test_id in again))
     done = recorded_ids(results_path(target, everything), families) if resume else []
     junit = RESULTS / f".{target}.{os.getpid()}.xml"  # per run: runs of one target at once must not share it
     junit.parent.mkdir(parents=True, exist_ok=True)
+    only = junit.with_suffix(".only")  # the tests a re-run keeps (nkilib_select)
     cmd = [
         sys.executable,
         "-m",
@@ -201,6 +205,9 @@ def run_suite(
         "--nkisim-prune-all-artifacts",  # the suite writes every test's inputs and outputs: ~80 GB for a run
     ]
     cmd += [f"--deselect={suite_node_id(checkout, test_id)}" for test_id in done]
+    if again:
+        only.write_text("".join(f"{suite_node_id(checkout, test_id)}\n" for test_id in again))
+        cmd += ["-p", "nkilib_select"]
     if not everything:
         cmd += ["-m", "fast"]
     if workers > 0:
@@ -212,8 +219,12 @@ def run_suite(
         cmd += [f"--timeout={timeout}"]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout / "src"), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(checkout / "src"), os.environ.get("PYTHONPATH"), str(Path(__file__).resolve().parent)])
+        ),
     }
+    if again:
+        env[ONLY_ENV] = str(only)
     env.pop(RUN_ALL_ENV, None)
     if run_all:
         env[RUN_ALL_ENV] = "1"
@@ -239,6 +250,7 @@ def run_suite(
         sys.exit(f"pytest produced no results (exit {proc.returncode})")
     rows = parse_junit(junit)
     junit.unlink()
+    only.unlink(missing_ok=True)
     record = {
         "target": target,
         "wall_s": round(wall, 1),
@@ -259,10 +271,11 @@ def run_suite(
         if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
             old = json.loads(path.read_text())
             new_ids = {row["id"] for row in rows}
-            if again and proc.returncode in STOPPED:  # keep the recorded outcome of the tests not re-run yet
-                replaced = lambda r: r["id"] in again and r["id"] in new_ids  # noqa: E731
-            elif again:
-                replaced = lambda r: r["id"] in again  # noqa: E731
+            if again:  # a test not re-run (stopped before it, or not collected again) keeps its recorded outcome
+                finished = proc.returncode not in STOPPED
+                replaced = lambda r: r["id"] in again and (  # noqa: E731
+                    r["id"] in new_ids or (finished and r["id"].startswith("::"))  # a file that failed to collect
+                )
             elif done:
                 replaced = lambda r: r["id"] in new_ids  # noqa: E731
             else:
@@ -280,6 +293,10 @@ def run_suite(
             if again:
                 rerun_entry["tests"] = len(again)
                 rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
+                lost = sum(1 for test_id in again if test_id not in new_ids and not test_id.startswith("::"))
+                if lost and proc.returncode not in STOPPED:
+                    rerun_entry["not_collected"] = lost
+                    print(f"{lost} of the {len(again)} tests to re-run were not collected again (unseeded sweeps)")
             if done:
                 rerun_entry["resumed_after"] = len(done)
             if proc.returncode in STOPPED:  # stopped early: the tests finished so far are kept, and said to be
@@ -463,6 +480,8 @@ def _run_text(run: dict) -> str:
     if "tests" in run:
         how = f"with {run['timeout']} s per test" if run.get("timeout") else "after a fix"
         notes.append(f"a re-run of {run['tests']} recorded failures {how}")
+        if run.get("not_collected"):
+            notes.append(f"{run['not_collected']} of them not collected again (unseeded sweeps), their outcome kept")
     if "resumed_after" in run:
         notes.append(f"resumed after the {run['resumed_after']} tests recorded")
     return f"{', '.join(run['families'])} ({', '.join(notes)})"

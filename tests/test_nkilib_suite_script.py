@@ -306,6 +306,72 @@ def test_the_deselected_ids_are_ones_pytest_deselects_in_a_suite_rooted_at_test(
     ]
 
 
+def test_a_rerun_keeps_of_the_collected_tests_those_listed_and_runs_on_when_some_are_not_collected(tmp_path):
+    """pytest with the selection plugin, in a suite rooted at test/: named on the command line, the absent draw
+    would stop the run ("ERROR: not found")."""
+    import os
+    import subprocess
+    import sys
+
+    checkout = tmp_path / "lib"
+    family = checkout / "test" / "integration" / "nkilib" / "core" / "fam"
+    family.mkdir(parents=True)
+    (checkout / "test" / "pytest.ini").write_text("[pytest]\n")
+    (family / "test_fam.py").write_text(
+        "import pytest\n\n\nclass TestK:\n    @pytest.mark.parametrize('n', ['1', '2', 'x//y'])\n"
+        "    def test_a(self, n):\n        pass\n"
+    )
+    (family / "test_other.py").write_text("def test_b():\n    pass\n\n\ndef test_c():\n    pass\n")
+    recorded = [
+        "integration.nkilib.core.fam.test_fam.TestK::test_a[x//y]",
+        "integration.nkilib.core.fam.test_fam.TestK::test_a[9]",  # an earlier draw, not collected now
+        "::integration.nkilib.core.fam.test_other",  # a file that failed to collect: all it holds
+    ]
+    only = tmp_path / "only.txt"
+    only.write_text("".join(f"{suite.suite_node_id(checkout, test_id)}\n" for test_id in recorded))
+    benchmarks = str(Path(suite.__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([benchmarks, os.environ.get("PYTHONPATH", "")])}
+    env["NKISIM_SUITE_ONLY"] = str(only)
+    files = list(dict.fromkeys(suite.node_id(checkout, test_id).partition("::")[0] for test_id in recorded))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p", "nkilib_select", *files],
+        cwd=checkout, capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 passed, 2 deselected" in proc.stdout
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "nkilib_select",
+         *files],
+        cwd=checkout, capture_output=True, text=True, check=False, env=env,
+    ).stdout  # fmt: skip
+    assert [line for line in collected.splitlines() if "::" in line] == [
+        "integration/nkilib/core/fam/test_fam.py::TestK::test_a[x//y]",
+        "integration/nkilib/core/fam/test_other.py::test_b",
+        "integration/nkilib/core/fam/test_other.py::test_c",
+    ]
+
+
+def test_a_rerun_names_the_tests_files_and_keeps_the_outcome_of_a_test_not_collected_again(tmp_path, monkeypatch):
+    cls = "integration.nkilib.core.rmsnorm.test_rmsnorm_quant.TestRmsNormQuantKernel"
+    timeout = "Failed: Timeout (>150.0s) from pytest-timeout."
+    old = [
+        {"id": f"{cls}::test_s[1]", "family": "core/rmsnorm", "outcome": "failed", "message": timeout},
+        {"id": f"{cls}::test_s[2]", "family": "core/rmsnorm", "outcome": "failed", "message": timeout},
+        {"id": f"{cls}::test_t", "family": "core/rmsnorm", "outcome": "passed", "message": ""},
+    ]
+    # this collection drew test_s[1] again, and not test_s[2]
+    checkout, commands = _fake_suite(tmp_path, monkeypatch, "core/rmsnorm", old, [(cls, "test_s[1]")])
+    record = suite.run_suite(checkout, "trn2", 1, True, ["core/rmsnorm"], timeout=150, rerun="Timeout")
+    module = checkout / "test" / "integration" / "nkilib" / "core" / "rmsnorm" / "test_rmsnorm_quant.py"
+    assert str(module) in commands[0] and not any("::" in arg for arg in commands[0])
+    assert commands[0][commands[0].index("nkilib_select") - 1] == "-p"
+    outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
+    assert outcomes == {"test_s[1]": "passed", "test_s[2]": "failed", "test_t": "passed"}
+    assert record["reruns"][-1]["not_collected"] == 1
+    assert "1 of them not collected again" in suite._run_text(record["reruns"][-1])
+    assert not list((tmp_path / "results").glob(".*.only"))  # the list of tests to keep is removed with the junit
+
+
 def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_runs_out():
     runs = [{"wall_s": 100.0}, {"wall_s": 50.0}, {"wall_s": 999.0, "tests": 3}]
     text = suite.expected_time(runs, 30, "trn2")  # 150 s over 30 tests: 5 s a test
