@@ -272,10 +272,9 @@ def run_suite(
             old = json.loads(path.read_text())
             new_ids = {row["id"] for row in rows}
             if again:  # a test not re-run (stopped before it, or not collected again) keeps its recorded outcome
-                finished = proc.returncode not in STOPPED
-                replaced = lambda r: r["id"] in again and (  # noqa: E731
-                    r["id"] in new_ids or (finished and r["id"].startswith("::"))  # a file that failed to collect
-                )
+                finished = proc.returncode not in STOPPED  # then a file that failed to collect has its new tests
+                ran = {i for i in again if i in new_ids or (finished and i.startswith("::"))}
+                replaced = lambda r: r["id"] in ran  # noqa: E731
             elif done:
                 replaced = lambda r: r["id"] in new_ids  # noqa: E731
             else:
