@@ -21,7 +21,9 @@ those of a test whose worker was killed by the controller).
 
 ``--rerun PATTERN`` (with ``--families``) runs again only the recorded failures and errors of
 those families whose "id: message" matches PATTERN (after a fix, or timeouts with a longer ``--timeout``),
-and replaces just their outcomes.
+and replaces just their outcomes. It collects those tests' files and keeps the tests it names
+(:mod:`nkilib_select`): a test an unseeded sweep does not draw again keeps its recorded outcome, and
+the re-run counts them.
 ``--resume`` (with ``--families``) runs only the tests of those families that have no recorded
 outcome yet, after an interrupted run, and adds theirs. To stop a run and keep what it finished,
 send SIGINT to its pytest process (Ctrl-C, or ``kill -INT``; also in a run started in the background).

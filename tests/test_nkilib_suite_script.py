@@ -280,10 +280,9 @@ def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(t
     assert signal.getsignal(signal.SIGINT) is before  # the handler it found is back
 
 
-def test_the_deselected_ids_are_ones_pytest_deselects_in_a_suite_rooted_at_test(tmp_path):
-    import subprocess
-    import sys
-
+def _suite_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A checkout rooted at test/ (as the suite's pytest.ini makes it) with a family of three parametrized tests,
+    one of whose ids holds "//"; returns the checkout and the family's directory."""
     checkout = tmp_path / "lib"
     family = checkout / "test" / "integration" / "nkilib" / "core" / "fam"
     family.mkdir(parents=True)
@@ -292,6 +291,14 @@ def test_the_deselected_ids_are_ones_pytest_deselects_in_a_suite_rooted_at_test(
         "import pytest\n\n\nclass TestK:\n    @pytest.mark.parametrize('n', ['1', '2', 'x//y'])\n"
         "    def test_a(self, n):\n        pass\n"
     )
+    return checkout, family
+
+
+def test_the_deselected_ids_are_ones_pytest_deselects_in_a_suite_rooted_at_test(tmp_path):
+    import subprocess
+    import sys
+
+    checkout, family = _suite_checkout(tmp_path)
     recorded = [
         "integration.nkilib.core.fam.test_fam.TestK::test_a[1]",
         "integration.nkilib.core.fam.test_fam.TestK::test_a[x//y]",
@@ -313,14 +320,7 @@ def test_a_rerun_keeps_of_the_collected_tests_those_listed_and_runs_on_when_some
     import subprocess
     import sys
 
-    checkout = tmp_path / "lib"
-    family = checkout / "test" / "integration" / "nkilib" / "core" / "fam"
-    family.mkdir(parents=True)
-    (checkout / "test" / "pytest.ini").write_text("[pytest]\n")
-    (family / "test_fam.py").write_text(
-        "import pytest\n\n\nclass TestK:\n    @pytest.mark.parametrize('n', ['1', '2', 'x//y'])\n"
-        "    def test_a(self, n):\n        pass\n"
-    )
+    checkout, family = _suite_checkout(tmp_path)
     (family / "test_other.py").write_text("def test_b():\n    pass\n\n\ndef test_c():\n    pass\n")
     recorded = [
         "integration.nkilib.core.fam.test_fam.TestK::test_a[x//y]",
