@@ -27,6 +27,10 @@ the re-run counts them.
 ``--resume`` (with ``--families``) runs only the tests of those families that have no recorded
 outcome yet, after an interrupted run, and adds theirs. To stop a run and keep what it finished,
 send SIGINT to its pytest process (Ctrl-C, or ``kill -INT``; also in a run started in the background).
+pytest writes its report only when it ends, so the run also logs each test's outcome as the test ends
+(:mod:`nkilib_outcomes`): when pytest is stopped harder (SIGKILL, the machine going down) the script
+records the tests that log shows ended, and when the script itself was stopped too, ``--recover`` (with
+``--target``) records them later from the log the run left in ``benchmarks/nkilib_results``.
 Runs of other families may go on at the same time, of one target or several: each has its own pytest
 report, and each merges its outcomes into the results under a lock. The suite's workers import nkisim
 when they start and again when one is lost (a worker killed for memory is replaced), so a long run
@@ -59,11 +63,11 @@ import signal
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from nkilib_outcomes import PROGRESS_ENV, parse_junit, parse_progress, write_header
 from nkilib_select import ONLY_ENV
 from nkilib_triage import CRASH, RUN_ALL_ENV, skip_reason, triage
 from oom_log import OomWatch
@@ -92,52 +96,8 @@ OUTCOMES = ("passed", "failed", "error", "skipped")
 SUITE_TESTS = {"trn2": 8_405, "trn3": 8_996}
 #: Seconds between reads of the kernel's log while the suite runs (:class:`oom_log.OomWatch`).
 OOM_POLL_S = 20
-
-
-def family_of(classname: str) -> str:
-    """``integration.nkilib.core.cumsum.test_cumsum.TestX`` -> ``core/cumsum``."""
-    parts = classname.split(".")
-    for i, part in enumerate(parts):
-        if part in ("core", "experimental") and i + 1 < len(parts):
-            following = parts[i + 1]
-            return f"{part}/{following}" if not following.startswith("test_") else part
-    return parts[2] if len(parts) > 2 else classname
-
-
-def parse_junit(path: Path) -> list[dict[str, str]]:
-    """Per-test outcomes from a junit XML file."""
-    rows = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        classname = case.get("classname", "")
-        if not classname and not case.get("name"):
-            continue  # pytest's record of a run interrupted (Ctrl-C, SIGINT) names no test
-        if (classname, case.get("name")) == ("pytest", "internal"):
-            continue  # nor does its record of an internal error (xdist with no worker left): the run stopped
-        outcome, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                outcome = {"failure": "failed"}.get(tag, tag)
-                message = (node.get("message") or node.text or "").strip()
-                break
-        rows.append(
-            {
-                "id": f"{classname}::{case.get('name', '')}",
-                "family": family_of(classname or case.get("name", "")),  # a collection error names its module
-                "outcome": outcome,
-                "message": _short(message),
-                "seconds": round(float(case.get("time") or 0.0), 2),
-            }
-        )
-    return rows
-
-
-def _short(message: str, limit: int = 400) -> str:
-    lines = [line for line in message.splitlines() if line.strip()]
-    keep = next(
-        (line for line in lines if re.search(r"Error|error|assert|mismatch|NaN", line)), lines[0] if lines else ""
-    )
-    return keep.strip()[:limit]
+#: A run's progress log (:mod:`nkilib_outcomes`) is its junit report's path with this suffix for ``.xml``.
+PROGRESS_SUFFIX = ".progress.jsonl"
 
 
 def _commit(checkout: Path) -> str:
@@ -187,6 +147,7 @@ def run_suite(
     junit = RESULTS / f".{target}.{os.getpid()}.xml"  # per run: runs of one target at once must not share it
     junit.parent.mkdir(parents=True, exist_ok=True)
     only = junit.with_suffix(".only")  # the tests a re-run keeps (nkilib_select)
+    progress = junit.with_suffix(PROGRESS_SUFFIX)  # each test's outcome as it ends (nkilib_outcomes)
     cmd = [
         sys.executable,
         "-m",
@@ -205,6 +166,8 @@ def run_suite(
         "-q",
         "--tb=line",
         "--nkisim-prune-all-artifacts",  # the suite writes every test's inputs and outputs: ~80 GB for a run
+        "-p",
+        "nkilib_outcomes",
     ]
     cmd += [f"--deselect={suite_node_id(checkout, test_id)}" for test_id in done]
     if again:
@@ -230,54 +193,89 @@ def run_suite(
     env.pop(RUN_ALL_ENV, None)
     if run_all:
         env[RUN_ALL_ENV] = "1"
+    run = {
+        "target": target,
+        "everything": everything,
+        "run_all": run_all,
+        "commit": _commit(checkout),
+        "families": families,
+        "workers": workers,
+        "timeout": timeout,
+        "again": again,
+        "resumed_after": len(done),
+        "pid": os.getpid(),
+        "started": time.time(),
+    }
+    # each test's outcome as it ends, kept should the run stop before pytest writes its report
+    write_header(progress, run)
+    env[PROGRESS_ENV] = str(progress)
     print("$", " ".join(cmd), flush=True)
     start = time.monotonic()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops pytest, which ends with what it finished
     watch = OomWatch()
     try:
-        proc = subprocess.Popen(
-            cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT, preexec_fn=_interruptible
-        )  # progress shows
-        while True:
-            try:
-                proc.wait(timeout=OOM_POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                watch.poll()
-        watch.poll()
+        with _held(progress):  # while it is held, --recover leaves the log to this run
+            proc = subprocess.Popen(
+                cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT, preexec_fn=_interruptible
+            )  # progress shows
+            while True:
+                try:
+                    proc.wait(timeout=OOM_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    watch.poll()
+            watch.poll()
     finally:
         signal.signal(signal.SIGINT, previous)
     wall = time.monotonic() - start
-    if not junit.exists():
-        sys.exit(f"pytest produced no results (exit {proc.returncode})")
-    rows = parse_junit(junit)
-    junit.unlink()
-    only.unlink(missing_ok=True)
-    record = {
-        "target": target,
-        "wall_s": round(wall, 1),
-        "subset": "all" if everything else "fast",
-        "run_all": run_all,
-        "commit": _commit(checkout),
-        "families": families,
-        "workers": workers,
-        "interrupted": proc.returncode in STOPPED,
-        "tests": rows,
-    }
+    stopped = proc.returncode in STOPPED
+    if junit.exists():
+        rows = parse_junit(junit)
+    else:
+        rows = parse_progress(progress)[1]
+        if not rows:
+            sys.exit(f"pytest produced no results (exit {proc.returncode})")
+        print(f"pytest wrote no report (exit {proc.returncode}); the {len(rows)} tests its log shows ended are kept")
+        stopped = True
     # where the kernel's log could be read: the run's worker crashes, and the OOM kills that may explain them
     kills = watch.new
     crashes = sum(1 for row in rows if re.search(CRASH, row["message"]))
     logged = {} if kills is None else {"crashes": crashes, "oom_kills": len(kills)}
-    path = results_path(target, everything)
+    record = merge_run(run, rows, stopped, wall, logged)
+    for leftover in (junit, only, progress):
+        leftover.unlink(missing_ok=True)
+    return record
+
+
+def merge_run(run: dict, rows: list[dict], stopped: bool, wall: float, logged: dict) -> dict:
+    """Merge the outcomes ``rows`` of ``run`` (its description: :func:`run_suite`'s progress log header) into its
+    target's results and return the record written.
+
+    ``stopped``: the run ended before its last test. ``logged``: its worker crashes and the kernel log's OOM
+    kills meanwhile, where that log could be read.
+    """
+    families, again, resumed = run["families"], run["again"], run["resumed_after"]
+    record = {
+        "target": run["target"],
+        "wall_s": round(wall, 1),
+        "subset": "all" if run["everything"] else "fast",
+        "run_all": run["run_all"],
+        "commit": run["commit"],
+        "families": families,
+        "workers": run["workers"],
+        "interrupted": stopped,
+        "tests": rows,
+    }
+    path = results_path(run["target"], run["everything"])
     with _locked(path):  # another run of this target may be writing its outcomes now
         if families and path.exists():  # a partial run replaces only its families' results (or only its re-run tests)
             old = json.loads(path.read_text())
             new_ids = {row["id"] for row in rows}
             if again:  # a test not re-run (stopped before it, or not collected again) keeps its recorded outcome
-                finished = proc.returncode not in STOPPED  # then a file that failed to collect has its new tests
-                ran = {i for i in again if i in new_ids or (finished and i.startswith("::"))}
+                # a run that went to its end collected again a file that failed to collect: it has its new tests
+                ran = {i for i in again if i in new_ids or (not stopped and i.startswith("::"))}
                 replaced = lambda r: r["id"] in ran  # noqa: E731
-            elif done:
+            elif resumed:
                 replaced = lambda r: r["id"] in new_ids  # noqa: E731
             else:
                 replaced = lambda r: _in_families(r["family"], families)  # noqa: E731
@@ -288,19 +286,19 @@ def run_suite(
             record["families"] = old.get("families", [])
             record["workers"] = old.get("workers", 2)  # runs recorded before the count was kept used -n 2
             record["interrupted"] = old.get("interrupted", False)
-            rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": workers}
+            rerun_entry: dict[str, object] = {"families": families, "wall_s": round(wall, 1), "workers": run["workers"]}
             rerun_entry.update(logged)
             record.update({key: old[key] for key in ("crashes", "oom_kills") if key in old})  # the first run's
             if again:
                 rerun_entry["tests"] = len(again)
-                rerun_entry["timeout"] = timeout  # a re-run after a fix, or of timeouts with a longer limit
+                rerun_entry["timeout"] = run["timeout"]  # a re-run after a fix, or of timeouts with a longer limit
                 lost = sum(1 for test_id in again if test_id not in new_ids and not test_id.startswith("::"))
-                if lost and proc.returncode not in STOPPED:
+                if lost and not stopped:
                     rerun_entry["not_collected"] = lost
                     print(f"{lost} of the {len(again)} tests to re-run were not collected again (unseeded sweeps)")
-            if done:
-                rerun_entry["resumed_after"] = len(done)
-            if proc.returncode in STOPPED:  # stopped early: the tests finished so far are kept, and said to be
+            if resumed:
+                rerun_entry["resumed_after"] = resumed
+            if stopped:  # stopped early: the tests finished so far are kept, and said to be
                 rerun_entry["interrupted_after"] = len(rows)
             record["reruns"] = [*old.get("reruns", []), rerun_entry]
         else:
@@ -323,6 +321,55 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _held(path: Path) -> Iterator[bool]:
+    """Hold an exclusive lock on ``path`` without waiting; yields whether it was free (POSIX; elsewhere, always).
+
+    The lock goes with the process that holds it, however that process ends.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def recover(target: str) -> list[dict]:
+    """Record the outcomes of the runs of ``target`` whose script stopped before recording them; returns their
+    records.
+
+    Such a run left its progress log (and, if pytest ended, its junit report, which is read instead) in the
+    results folder, with no process holding the log's lock. It is recorded as stopped early, with the wall time
+    from its start to the log's last line; a log whose run is still going is left to it.
+    """
+    records = []
+    for log in sorted(RESULTS.glob(f".{target}.*{PROGRESS_SUFFIX}")):
+        with _held(log) as free:
+            if not free:
+                continue
+        run, rows = parse_progress(log)
+        report = log.with_name(log.name.removesuffix(PROGRESS_SUFFIX) + ".xml")
+        if report.exists():
+            rows = parse_junit(report)
+        if run and rows:
+            records.append(merge_run(run, rows, True, log.stat().st_mtime - run["started"], {}))
+            which = ", ".join(run["families"]) or "every family"
+            print(f"recovered {len(rows)} outcomes of the {target} run of {which}")
+        for leftover in (log, report, report.with_suffix(".only")):
+            leftover.unlink(missing_ok=True)
+    return records
 
 
 def expected_time(runs: list[dict], tests: int, target: str) -> str:
@@ -683,10 +730,19 @@ def main(argv: list[str] | None = None) -> int:
         default=MIN_FREE_GIB,
         help=f"refuse to start with less free disk space than this (default {MIN_FREE_GIB}; 0: no check)",
     )
+    parser.add_argument(
+        "--recover",
+        action="store_true",
+        help="record the tests finished by runs of --target whose script was stopped (their logs), then the document",
+    )
     parser.add_argument("--doc-only", action="store_true", help="rewrite the document from recorded results")
     parser.add_argument("--no-doc", action="store_true", help="print the summary only; leave the document as it is")
     args = parser.parse_args(argv)
-    if not args.doc_only:
+    if args.recover:
+        for target in args.target.split(","):
+            for record in recover(target):
+                print_summary(record)
+    elif not args.doc_only:
         if args.checkout is None or not (args.checkout / "test" / "integration").is_dir():
             parser.error("give the path of an nki-library checkout (with test/integration)")
         families = [f for f in args.families.split(",") if f]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import nkilib_suite as suite
 import oom_log
+from nkilib_outcomes import PROGRESS_ENV
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -193,11 +195,13 @@ def _fake_suite(
     code: int = 0,
     logs: list[str | None] | None = None,
     messages: dict[str, str] | None = None,
+    report: bool = True,
 ):
     """A checkout with ``family``, a recorded ``old`` run, and a pytest stand-in whose junit lists ``finished``
     (classname, test name; an error with ``messages[name]`` where given) and exits with ``code``; the kernel's log
-    reads as ``logs`` in turn (at the start, then at each poll; unreadable when not given). Returns the checkout
-    and the commands run."""
+    reads as ``logs`` in turn (at the start, then at each poll; unreadable when not given). Without ``report`` it
+    writes no junit report, only the progress log's lines of ``finished``. Returns the checkout and the commands
+    run."""
     import json
     import subprocess
 
@@ -231,7 +235,14 @@ def _fake_suite(
             + "</testcase>"
             for cls, name in finished
         )
-        Path(junit).write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+        if report:
+            Path(junit).write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+        else:
+            with open(kwargs["env"][PROGRESS_ENV], "a") as log:
+                for cls, name in finished:
+                    tag, message = ("error", messages[name]) if name in messages else ("passed", "")
+                    log.write(json.dumps({"id": f"{cls}::{name}", "tag": tag, "message": message, "seconds": 2.0}))
+                    log.write("\n")
         return subprocess.CompletedProcess(cmd, code)
 
     class FakePopen:
@@ -278,6 +289,64 @@ def test_a_resumed_run_deselects_the_recorded_tests_and_adds_only_the_new_ones(t
     ]
     assert record["reruns"][-1]["resumed_after"] == 2
     assert signal.getsignal(signal.SIGINT) is before  # the handler it found is back
+
+
+def test_a_run_whose_pytest_left_no_report_keeps_the_tests_its_log_shows_ended(tmp_path, monkeypatch, capsys):
+    cls = "integration.nkilib.core.qkv.test_qkv_cte.TestQkv"
+    old = [{"id": f"{cls}::test_q[1]", "family": "core/qkv", "outcome": "passed", "message": "", "seconds": 1.0}]
+    finished = [(cls, "test_q[2]"), (cls, "test_q[3]")]
+    checkout, commands = _fake_suite(
+        tmp_path, monkeypatch, "core/qkv", old, finished, code=-9, messages={"test_q[3]": "boom"}, report=False
+    )
+    record = suite.run_suite(checkout, "trn2", 1, True, ["core/qkv"], resume=True)
+    assert "nkilib_outcomes" in commands[0] and commands[0][commands[0].index("nkilib_outcomes") - 1] == "-p"
+    assert [(r["id"].rsplit("::", 1)[1], r["outcome"], r["message"]) for r in record["tests"]] == [
+        ("test_q[1]", "passed", ""),
+        ("test_q[2]", "passed", ""),
+        ("test_q[3]", "error", "boom"),
+    ]
+    assert record["reruns"][-1]["interrupted_after"] == 2  # stopped before its end: said so
+    assert "pytest wrote no report (exit -9); the 2 tests its log shows ended are kept" in capsys.readouterr().out
+    assert not list((tmp_path / "results").glob(".trn2.*"))  # its report, selection and log are gone
+
+
+def _left_behind(results: Path, pid: int, rows: list[tuple[str, str]], started: float) -> Path:
+    """The progress log of a run of core/qkv on trn2 whose script was stopped: its header and ``rows``."""
+    log = results / f".trn2.{pid}{suite.PROGRESS_SUFFIX}"
+    run = {"target": "trn2", "everything": True, "run_all": True, "commit": "abc123", "families": ["core/qkv"]}
+    run.update({"workers": 1, "timeout": 150, "again": [], "resumed_after": 1, "pid": pid, "started": started})
+    lines = [json.dumps({"run": run})]
+    lines += [json.dumps({"id": i, "tag": tag, "message": "", "seconds": 3.0}) for i, tag in rows]
+    log.write_text("\n".join(lines) + "\n")
+    return log
+
+
+def test_recover_records_the_tests_of_a_run_whose_script_was_stopped_and_leaves_a_running_one(tmp_path, monkeypatch):
+    import os
+
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(suite, "RESULTS", results)
+    cls = "integration.nkilib.core.qkv.test_qkv_cte.TestQkv"
+    old = [{"id": f"{cls}::test_q[1]", "family": "core/qkv", "outcome": "passed", "message": "", "seconds": 1.0}]
+    suite.results_path("trn2", True).write_text(json.dumps({"tests": old, "wall_s": 5.0, "families": ["core/qkv"]}))
+    stopped = _left_behind(results, 111, [(f"{cls}::test_q[2]", "passed"), (f"{cls}::test_q[3]", None)], 1000.0)
+    os.utime(stopped, (1090.0, 1090.0))  # its last line, 90 s after its start
+    running = _left_behind(results, 222, [(f"{cls}::test_q[4]", "passed")], 1000.0)
+    with suite._held(running) as held:  # its run still going: the lock is its script's
+        assert held
+        records = suite.recover("trn2")
+        assert len(records) == 1 and not stopped.exists() and running.exists()
+        assert suite.recover("trn2") == [] and running.exists()  # nothing more to recover while the lock is held
+    record = json.loads(suite.results_path("trn2", True).read_text())
+    assert [(r["id"].rsplit("::", 1)[1], r["outcome"]) for r in record["tests"]] == [
+        ("test_q[1]", "passed"),
+        ("test_q[2]", "passed"),
+    ]  # test_q[3] had begun only
+    assert record["reruns"] == [
+        {"families": ["core/qkv"], "wall_s": 90.0, "workers": 1, "resumed_after": 1, "interrupted_after": 1}
+    ]
+    assert len(suite.recover("trn2")) == 1 and not running.exists()  # its lock free, its script gone
 
 
 def _suite_checkout(tmp_path: Path) -> tuple[Path, Path]:
