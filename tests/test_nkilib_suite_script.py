@@ -1,4 +1,4 @@
-"""benchmarks/nkilib_suite.py's bookkeeping: junit parsing, failure triage and skip reasons (no suite run)."""
+"""benchmarks/nkilib_suite.py and nkilib_report.py: junit parsing, triage, skip reasons, records, the document."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+import nkilib_report as report
 import nkilib_suite as suite
 import oom_log
 from nkilib_outcomes import PROGRESS_ENV
@@ -41,7 +42,7 @@ def test_junit_rows_name_family_outcome_and_time(tmp_path):
         ("core/utils", "skipped"),
     ]
     assert rows[0]["seconds"] == 1.5
-    assert suite.triage(rows[1])[0] == "suite"  # the golden's OCP scale against the documented instruction
+    assert report.triage(rows[1])[0] == "suite"  # the golden's OCP scale against the documented instruction
 
 
 def test_the_nameless_case_of_an_interrupted_run_is_no_test(tmp_path):
@@ -67,30 +68,30 @@ def test_the_record_of_an_internal_error_is_no_test(tmp_path):
 def test_skips_are_counted_by_reason(tmp_path):
     path = tmp_path / "r.xml"
     path.write_text(JUNIT)
-    counts = suite.skip_counts(suite.parse_junit(path))
+    counts = report.skip_counts(suite.parse_junit(path))
     assert counts == {
         f"suite: its large-shape skip in simulation mode ({suite.RUN_ALL_ENV} not set)": 1,
         "nkisim: a trace_only test needs NKI's compiler tracer, which a simulation run has not": 1,
     }
-    assert suite.skip_reason({"message": "needs 16 cores"}) == "suite: needs # cores"
+    assert report.skip_reason({"message": "needs 16 cores"}) == "suite: needs # cores"
 
 
 def test_an_unknown_failure_is_untriaged_with_its_message_shape():
-    verdict, why = suite.triage({"id": "x::test_y", "message": "ValueError: 3 is not 4"})
+    verdict, why = report.triage({"id": "x::test_y", "message": "ValueError: 3 is not 4"})
     assert (verdict, why) == ("untriaged", "ValueError: # is not #")
 
 
 def test_the_summary_gives_the_rate_with_and_without_the_suites_own_failures(monkeypatch):
     verdicts = {"a::suite_fault": ("suite", ""), "a::unknown": ("untriaged", "")}
-    monkeypatch.setattr(suite, "triage", lambda row: verdicts[row["id"]])
-    monkeypatch.setattr(suite, "SUITE_TESTS", {"trn2": 1234})  # the whole suite's count of the record's target
+    monkeypatch.setattr(report, "triage", lambda row: verdicts[row["id"]])
+    monkeypatch.setattr(report, "SUITE_TESTS", {"trn2": 1234})  # the whole suite's count of the record's target
     rows = [{"id": "a::ok", "outcome": "passed"}] * 7 + [{"id": "a::skip", "outcome": "skipped"}]
     rows += [{"id": "a::suite_fault", "outcome": "failed"}, {"id": "a::unknown", "outcome": "error"}]
     records = [
         {"target": "trn2", "subset": "all", "tests": rows},
         {"target": "trn3", "subset": "fast", "tests": [{"id": "a::skip", "outcome": "skipped"}]},
     ]
-    lines = suite.summary_lines(records)
+    lines = report.summary_lines(records)
     header = next(line for line in lines if line.startswith("| target"))
     trn2, trn3 = (next(line for line in lines if line.startswith(f"| {t} ")) for t in ("trn2", "trn3"))
     # 10 recorded; 7 of 9 run pass (77.7%, rounded down); without the suite failure 7 of 8 (87.5%)
@@ -100,9 +101,9 @@ def test_the_summary_gives_the_rate_with_and_without_the_suites_own_failures(mon
 
 
 def test_a_rate_is_rounded_down_so_that_it_never_reaches_a_bar_it_misses():
-    assert suite._rate(Counter(passed=9_496, failed=504)) == "94.9%"  # 94.96%
-    assert suite._rate(Counter(passed=1, failed=2)) == "33.3%"
-    assert suite._rate(Counter(passed=2, failed=1)) == "66.6%"
+    assert report._rate(Counter(passed=9_496, failed=504)) == "94.9%"  # 94.96%
+    assert report._rate(Counter(passed=1, failed=2)) == "33.3%"
+    assert report._rate(Counter(passed=2, failed=1)) == "66.6%"
 
 
 def test_whole_suite_runs_are_kept_apart_from_fast_ones_and_other_records_are_ignored(tmp_path, monkeypatch):
@@ -116,7 +117,7 @@ def test_whole_suite_runs_are_kept_apart_from_fast_ones_and_other_records_are_ig
 
 def test_a_test_file_importing_a_package_the_checkout_lacks_is_the_suites_fault():
     row = {"id": "integration.nkilib.experimental.subkernels.test_topk_reduce", "message": "collection failure"}
-    assert suite.triage(row)[0] == "suite"
+    assert report.triage(row)[0] == "suite"
 
 
 def test_a_whole_suite_run_made_family_by_family_lists_each_family_with_its_wall_time(tmp_path, monkeypatch):
@@ -437,17 +438,17 @@ def test_a_rerun_names_the_tests_files_and_keeps_the_outcome_of_a_test_not_colle
     outcomes = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in record["tests"]}
     assert outcomes == {"test_s[1]": "passed", "test_s[2]": "failed", "test_t": "passed"}
     assert record["reruns"][-1]["not_collected"] == 1
-    assert "1 of them not collected again" in suite._run_text(record["reruns"][-1])
+    assert "1 of them not collected again" in report._run_text(record["reruns"][-1])
     assert not list((tmp_path / "results").glob(".*.only"))  # the list of tests to keep is removed with the junit
 
 
 def test_the_expected_whole_suite_time_scales_the_family_runs_rate_leaving_re_runs_out():
     runs = [{"wall_s": 100.0}, {"wall_s": 50.0}, {"wall_s": 999.0, "tests": 3}]
-    text = suite.expected_time(runs, 30, "trn2")  # 150 s over 30 tests: 5 s a test
-    whole = suite.SUITE_TESTS["trn2"]
+    text = report.expected_time(runs, 30, "trn2")  # 150 s over 30 tests: 5 s a test
+    whole = report.SUITE_TESTS["trn2"]
     assert text.startswith(f"At the 5.0 s of wall time per test of these runs, the {whole:,} tests")
     assert f"about {round(5.0 * whole / 3600)} hours on trn2" in text
-    one = suite.expected_time([{"wall_s": 3600 / whole * 30}], 30, "trn2")
+    one = report.expected_time([{"wall_s": 3600 / whole * 30}], 30, "trn2")
     assert "about 1 hour on trn2" in one
 
 
@@ -546,8 +547,8 @@ def test_a_full_disk_is_its_own_verdict():
         "id": "integration.nkilib.experimental.loss.t.T::test_a[x]",
         "message": "OSError: [Errno 28] No space left on device",
     }
-    assert suite.triage(row)[0] == "disk"
-    assert "disk" in suite.VERDICTS
+    assert report.triage(row)[0] == "disk"
+    assert "disk" in report.VERDICTS
 
 
 def test_a_partial_run_leaves_the_first_runs_worker_count_and_stop_to_the_record(tmp_path, monkeypatch):
@@ -566,11 +567,11 @@ def test_a_partial_run_leaves_the_first_runs_worker_count_and_stop_to_the_record
 
 
 def test_a_whole_suite_record_of_a_target_never_counted_says_its_total_is_unknown(monkeypatch):
-    monkeypatch.setattr(suite, "SUITE_TESTS", {"trn2": 1234})
+    monkeypatch.setattr(report, "SUITE_TESTS", {"trn2": 1234})
     records = [{"target": "trn1", "subset": "all", "tests": [{"id": "a::ok", "outcome": "passed"}]}]
-    line = next(line for line in suite.summary_lines(records) if line.startswith("| trn1 "))
+    line = next(line for line in report.summary_lines(records) if line.startswith("| trn1 "))
     assert line.startswith("| trn1 | all | 1 of ? | 1 |")
-    assert "the 1,234 tests of the whole suite take about" in suite.expected_time([{"wall_s": 10.0}], 1, "trn1")
+    assert "the 1,234 tests of the whole suite take about" in report.expected_time([{"wall_s": 10.0}], 1, "trn1")
 
 
 # -- worker crashes against the kernel's log ---------------------------------------------------------------------
@@ -616,7 +617,7 @@ def test_a_run_records_its_worker_crashes_and_the_oom_kills_the_log_shows(tmp_pa
     record = suite.run_suite(checkout, "trn2", 1, True, ["core/max"])
     run = record["reruns"][-1]  # the family was recorded before: this run is an entry of its record
     assert (run["crashes"], run["oom_kills"]) == (1, 1)
-    assert suite.crash_lines([record, run]) == [
+    assert report.crash_lines([record, run]) == [
         "Worker crashes in the 1 run that read the kernel's log: 1; out-of-memory kills in that log while they "
         "ran: 1 (any process's).",
         "",
@@ -631,7 +632,7 @@ def test_a_resumed_run_keeps_its_counts_in_its_own_entry_and_the_first_run_s_in_
     assert "crashes" not in record  # the first run could not read the log
     assert (record["reruns"][-1]["crashes"], record["reruns"][-1]["oom_kills"]) == (0, 0)
     runs = [record, *record["reruns"], {"crashes": 3, "oom_kills": 2}]
-    assert suite.crash_lines(runs)[0].startswith("Worker crashes in the 2 runs that read the kernel's log: 3; ")
+    assert report.crash_lines(runs)[0].startswith("Worker crashes in the 2 runs that read the kernel's log: 3; ")
     unread = _fake_suite(tmp_path / "b", monkeypatch, "core/max", [], [(cls, "test_d")])[0]
     assert "oom_kills" not in suite.run_suite(unread, "trn2", 1, True, ["core/max"])
 
