@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.junitxml import bin_xml_escape  # junitxml's own escape of a message's control characters
 
 #: The environment variable naming the progress log; the plugin does nothing without it.
 PROGRESS_ENV = "NKISIM_SUITE_PROGRESS"
@@ -94,33 +96,44 @@ def _reason(report: pytest.TestReport) -> str:
 
 def report_entry(report: pytest.TestReport) -> tuple[str | None, str]:
     """What junitxml records of one report: its tag (``passed`` for a call that passed; None for a setup or
-    teardown that passed, which adds only its duration) and message."""
+    teardown that passed, which adds only its duration, and for an outcome junitxml ignores) and message."""
     if report.passed:
         return ("passed" if report.when == "call" else None), ""
     if report.failed:
         if report.when == "call":
             if hasattr(report, "wasxfail"):
                 return "skipped", "xfail-marked test passes unexpectedly"
-            return "failure", _reason(report)
+            return "failure", bin_xml_escape(_reason(report))
         where = "teardown" if report.when == "teardown" else "setup"  # xdist's crash report is "???": setup's words
-        return "error", f'failed on {where} with "{_reason(report)}"'
+        return "error", bin_xml_escape(f'failed on {where} with "{_reason(report)}"')
+    if not report.skipped:
+        return None, ""
     if hasattr(report, "wasxfail"):
-        reason = report.wasxfail
-        return "skipped", reason.removeprefix("reason: ")
+        return "skipped", bin_xml_escape(report.wasxfail.removeprefix("reason: "))
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    return "skipped", reason.removeprefix("Skipped: ")
+    return "skipped", bin_xml_escape(reason.removeprefix("Skipped: "))
 
 
 class ProgressLog:
-    """Appends each report's line to ``path`` as it arrives (a line at a time: a stop loses at most the last)."""
+    """Appends each report's line to ``path`` as it arrives (a line at a time: a stop loses at most the last).
+
+    A line it cannot write (a full disk) is reported once as a warning and the run goes on: the junit report
+    still records it, and the log only stands in for a report that was never written.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.failed = False
 
     def _append(self, test_id: str, tag: str | None, message: str, seconds: float) -> None:
         line = json.dumps({"id": test_id, "tag": tag, "message": message, "seconds": seconds})
-        with open(self.path, "a", encoding="utf-8") as log:
-            log.write(line + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as log:
+                log.write(line + "\n")
+        except OSError as exc:
+            if not self.failed:
+                self.failed = True
+                warnings.warn(f"the progress log {self.path} misses outcomes from here on: {exc}", stacklevel=1)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tag, message = report_entry(report)

@@ -63,8 +63,10 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from nkilib_outcomes import PROGRESS_ENV, parse_junit, parse_progress, write_header
 from nkilib_report import (
@@ -141,10 +143,12 @@ def run_suite(
         # again (an unseeded sweep's draw) would stop the whole run
         paths = list(dict.fromkeys(node_id(checkout, test_id).partition("::")[0] for test_id in again))
     done = recorded_ids(results_path(target, everything), families) if resume else []
-    junit = RESULTS / f".{target}.{os.getpid()}.xml"  # per run: runs of one target at once must not share it
-    junit.parent.mkdir(parents=True, exist_ok=True)
-    only = junit.with_suffix(".only")  # the tests a re-run keeps (nkilib_select)
-    progress = junit.with_suffix(PROGRESS_SUFFIX)  # each test's outcome as it ends (nkilib_outcomes)
+    # per run: runs of one target at once, and a later run given a process id an earlier one had, never share them
+    stem = f".{target}.{os.getpid()}-{time.time_ns()}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    junit = RESULTS / f"{stem}.xml"
+    only = RESULTS / f"{stem}.only"  # the tests a re-run keeps (nkilib_select)
+    progress = RESULTS / f"{stem}{PROGRESS_SUFFIX}"  # each test's outcome as it ends (nkilib_outcomes)
     cmd = [
         sys.executable,
         "-m",
@@ -168,7 +172,6 @@ def run_suite(
     ]
     cmd += [f"--deselect={suite_node_id(checkout, test_id)}" for test_id in done]
     if again:
-        only.write_text("".join(f"{suite_node_id(checkout, test_id)}\n" for test_id in again))
         cmd += ["-p", "nkilib_select"]
     if not everything:
         cmd += ["-m", "fast"]
@@ -203,45 +206,77 @@ def run_suite(
         "pid": os.getpid(),
         "started": time.time(),
     }
-    # each test's outcome as it ends, kept should the run stop before pytest writes its report
-    write_header(progress, run)
-    env[PROGRESS_ENV] = str(progress)
+    # the log of each test's outcome as it ends, kept should the run stop before pytest writes its report; its lock,
+    # held by this script and pytest, tells --recover that the run goes on
+    with _held(progress) as lock:
+        assert lock is not None, f"{progress} is another run's"  # a new name
+        if again:
+            only.write_text("".join(f"{suite_node_id(checkout, test_id)}\n" for test_id in again))
+        write_header(progress, run)
+        env[PROGRESS_ENV] = str(progress)
+        proc, wall, watch = _run_pytest(cmd, checkout, env, lock.fileno())
+        stopped = proc.returncode in STOPPED
+        rows = _read_report(junit)
+        if rows is None:
+            rows = parse_progress(progress)[1]
+            if not rows:
+                for leftover in (only, progress):
+                    leftover.unlink(missing_ok=True)
+                sys.exit(f"pytest produced no results (exit {proc.returncode})")
+            code = proc.returncode
+            print(f"pytest wrote no report (exit {code}); the {len(rows)} tests its log shows ended are kept")
+            stopped = True
+        # where the kernel's log could be read: the run's worker crashes, and the OOM kills that may explain them
+        kills = watch.new
+        crashes = sum(1 for row in rows if re.search(CRASH, row["message"]))
+        logged = {} if kills is None else {"crashes": crashes, "oom_kills": len(kills)}
+        record = merge_run(run, rows, stopped, wall, logged)
+        for leftover in (junit, only, progress):  # recorded: under the lock, so that no --recover records them again
+            leftover.unlink(missing_ok=True)
+    return record
+
+
+def _run_pytest(
+    cmd: list[str], checkout: Path, env: dict[str, str], lock: int
+) -> tuple[subprocess.Popen, float, OomWatch]:
+    """Run the suite's pytest to its end, reading the kernel's log meanwhile; pytest holds the file ``lock`` too.
+
+    Returns the finished process, the wall time and the watch of the kernel's log.
+    """
     print("$", " ".join(cmd), flush=True)
     start = time.monotonic()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops pytest, which ends with what it finished
     watch = OomWatch()
     try:
-        with _held(progress):  # while it is held, --recover leaves the log to this run
-            proc = subprocess.Popen(
-                cmd, cwd=checkout, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT, preexec_fn=_interruptible
-            )  # progress shows
-            while True:
-                try:
-                    proc.wait(timeout=OOM_POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    watch.poll()
-            watch.poll()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=checkout,
+            env=env,
+            stdout=sys.stdout,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_interruptible,
+            pass_fds=(lock,),
+        )  # progress shows
+        while True:
+            try:
+                proc.wait(timeout=OOM_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                watch.poll()
+        watch.poll()
     finally:
         signal.signal(signal.SIGINT, previous)
-    wall = time.monotonic() - start
-    stopped = proc.returncode in STOPPED
-    if junit.exists():
-        rows = parse_junit(junit)
-    else:
-        rows = parse_progress(progress)[1]
-        if not rows:
-            sys.exit(f"pytest produced no results (exit {proc.returncode})")
-        print(f"pytest wrote no report (exit {proc.returncode}); the {len(rows)} tests its log shows ended are kept")
-        stopped = True
-    # where the kernel's log could be read: the run's worker crashes, and the OOM kills that may explain them
-    kills = watch.new
-    crashes = sum(1 for row in rows if re.search(CRASH, row["message"]))
-    logged = {} if kills is None else {"crashes": crashes, "oom_kills": len(kills)}
-    record = merge_run(run, rows, stopped, wall, logged)
-    for leftover in (junit, only, progress):
-        leftover.unlink(missing_ok=True)
-    return record
+    return proc, time.monotonic() - start, watch
+
+
+def _read_report(junit: Path) -> list[dict] | None:
+    """The rows of pytest's junit report; None when it wrote none, or a file cut short (a full disk, a kill)."""
+    if not junit.exists():
+        return None
+    try:
+        return parse_junit(junit)
+    except ET.ParseError:
+        return None
 
 
 def merge_run(run: dict, rows: list[dict], stopped: bool, wall: float, logged: dict) -> dict:
@@ -321,51 +356,58 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _held(path: Path) -> Iterator[bool]:
-    """Hold an exclusive lock on ``path`` without waiting; yields whether it was free (POSIX; elsewhere, always).
+def _held(path: Path) -> Iterator[IO[str] | None]:
+    """Hold an exclusive lock on ``path`` without waiting: yields the open file, or None when another process holds
+    it (POSIX; elsewhere, the file, unlocked).
 
-    The lock goes with the process that holds it, however that process ends.
+    The lock is the open file's: a process given its descriptor holds it too, and it goes with the last of them,
+    however they end.
     """
-    try:
-        import fcntl
-    except ImportError:
-        yield True
-        return
     with open(path, "a") as handle:
+        try:
+            import fcntl
+        except ImportError:
+            yield handle
+            return
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
+            yield None
             return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield handle  # closed, not unlocked: an unlock would take the lock from a process given the descriptor too
 
 
 def recover(target: str) -> list[dict]:
-    """Record the outcomes of the runs of ``target`` whose script stopped before recording them; returns their
-    records.
+    """Record the outcomes of the runs of ``target`` whose script stopped before recording them, oldest first;
+    returns their records.
 
     Such a run left its progress log (and, if pytest ended, its junit report, which is read instead) in the
-    results folder, with no process holding the log's lock. It is recorded as stopped early, with the wall time
-    from its start to the log's last line; a log whose run is still going is left to it.
+    results folder, with no process holding the log's lock (neither the script nor its pytest). It is recorded as
+    stopped early, with the wall time from its start to the log's last line. A log whose run goes on is left to
+    it, and a log without the description of its run is left as it is, with a word.
     """
+    logs = []
+    for log in RESULTS.glob(f".{target}.*{PROGRESS_SUFFIX}"):
+        run, _ = parse_progress(log)
+        logs.append((run.get("started", 0.0), log))
     records = []
-    for log in sorted(RESULTS.glob(f".{target}.*{PROGRESS_SUFFIX}")):
-        with _held(log) as free:
-            if not free:
+    for _, log in sorted(logs):
+        with _held(log) as lock:
+            if lock is None:
+                continue  # its run goes on
+            run, rows = parse_progress(log)
+            if not run:
+                print(f"{log} names no run: left as it is")
                 continue
-        run, rows = parse_progress(log)
-        report = log.with_name(log.name.removesuffix(PROGRESS_SUFFIX) + ".xml")
-        if report.exists():
-            rows = parse_junit(report)
-        if run and rows:
-            records.append(merge_run(run, rows, True, log.stat().st_mtime - run["started"], {}))
-            which = ", ".join(run["families"]) or "every family"
-            print(f"recovered {len(rows)} outcomes of the {target} run of {which}")
-        for leftover in (log, report, report.with_suffix(".only")):
-            leftover.unlink(missing_ok=True)
+            stem = log.name.removesuffix(PROGRESS_SUFFIX)
+            report, only = log.with_name(f"{stem}.xml"), log.with_name(f"{stem}.only")
+            rows = _read_report(report) or rows
+            if rows:
+                records.append(merge_run(run, rows, True, log.stat().st_mtime - run["started"], {}))
+                which = ", ".join(run["families"]) or "every family"
+                print(f"recovered {len(rows)} outcomes of the {target} run of {which}")
+            for leftover in (report, only, log):
+                leftover.unlink(missing_ok=True)
     return records
 
 

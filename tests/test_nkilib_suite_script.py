@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -251,6 +253,11 @@ def _fake_suite(
 
         def __init__(self, cmd, **kwargs):
             self.args = cmd
+            log = Path(kwargs["env"][PROGRESS_ENV])
+            # pytest is given the log's locked descriptor, so that the lock outlives a script stopped alone
+            assert [os.path.samefile(f"/proc/self/fd/{fd}", log) for fd in kwargs["pass_fds"]] == [True]
+            with suite._held(log) as other:
+                assert other is None  # held while pytest runs: --recover leaves it
             self.returncode = fake_run(cmd, **kwargs).returncode
             self.waits = 0
 
@@ -348,6 +355,64 @@ def test_recover_records_the_tests_of_a_run_whose_script_was_stopped_and_leaves_
         {"families": ["core/qkv"], "wall_s": 90.0, "workers": 1, "resumed_after": 1, "interrupted_after": 1}
     ]
     assert len(suite.recover("trn2")) == 1 and not running.exists()  # its lock free, its script gone
+
+
+def test_a_run_that_left_neither_report_nor_log_lines_stops_with_a_word_and_its_files_removed(tmp_path, monkeypatch):
+    checkout, _ = _fake_suite(tmp_path, monkeypatch, "core/qkv", [], [], code=-9, report=False)
+    with pytest.raises(SystemExit, match=r"pytest produced no results \(exit -9\)"):
+        suite.run_suite(checkout, "trn2", 1, True, ["core/qkv"])
+    assert not list((tmp_path / "results").glob(".trn2.*"))
+
+
+def test_recover_takes_the_oldest_run_first_the_report_over_the_log_and_leaves_what_it_cannot_read(
+    tmp_path, monkeypatch, capsys
+):
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(suite, "RESULTS", results)
+    cls = "integration.nkilib.core.qkv.test_qkv_cte.TestQkv"
+    # pids whose order as text is not their runs' order: 10000 ran after 9999
+    _left_behind(results, 10000, [(f"{cls}::test_q[1]", "passed")], 2000.0)
+    older = _left_behind(results, 9999, [(f"{cls}::test_q[1]", "failure"), (f"{cls}::test_q[4]", "failure")], 1000.0)
+    stem = older.name.removesuffix(suite.PROGRESS_SUFFIX)
+    report = results / f"{stem}.xml"  # pytest ended, its script did not record it: the report is read, not the log
+    report.write_text(
+        f'<testsuites><testsuite name="pytest"><testcase classname="{cls}" name="test_q[1]" time="1.0">'
+        f'<error message="x">x</error></testcase><testcase classname="{cls}" name="test_q[4]" time="1.0">'
+        '<error message="from the report">x</error></testcase></testsuite></testsuites>'
+    )
+    (results / f"{stem}.only").write_text("x\n")
+    cut = _left_behind(results, 7, [(f"{cls}::test_q[2]", "passed")], 3000.0)
+    (results / f"{cut.name.removesuffix(suite.PROGRESS_SUFFIX)}.xml").write_text("<testsuites><testsu")  # cut short
+    nameless = results / f".trn2.8{suite.PROGRESS_SUFFIX}"
+    nameless.write_text(json.dumps({"id": f"{cls}::test_q[3]", "tag": "passed", "message": "", "seconds": 1.0}) + "\n")
+    other = _left_behind(results, 5, [], 500.0).rename(results / f".trn3.5{suite.PROGRESS_SUFFIX}")
+    assert len(suite.recover("trn2")) == 3
+    record = json.loads(suite.results_path("trn2", True).read_text())
+    # all three resumed the same family: the later run's outcome of test_q[1] replaces the earlier one's
+    assert [(r["id"].rsplit("::", 1)[1], r["outcome"], r["message"]) for r in record["tests"]] == [
+        ("test_q[4]", "error", "from the report"),
+        ("test_q[1]", "passed", ""),
+        ("test_q[2]", "passed", ""),
+    ]
+    assert record["wall_s"] > 0 and [run["wall_s"] > 0 for run in record["reruns"]] == [True, True]  # 3 runs
+    assert sorted(p.name for p in results.iterdir() if p.name.startswith(".")) == [nameless.name, other.name]
+    assert f"{nameless} names no run: left as it is" in capsys.readouterr().out
+
+
+def test_a_run_whose_script_is_gone_but_whose_pytest_runs_on_is_left_to_it(tmp_path):
+    log = tmp_path / f".trn2.1{suite.PROGRESS_SUFFIX}"
+    with suite._held(log) as lock:  # the script's lock, given to its pytest
+        pytest_alive = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, pass_fds=(lock.fileno(),)
+        )
+    try:
+        with suite._held(log) as other:  # the script has let go; pytest holds the lock still
+            assert other is None
+    finally:
+        pytest_alive.communicate(b"", timeout=30)
+    with suite._held(log) as other:
+        assert other is not None  # both gone: free
 
 
 def _suite_checkout(tmp_path: Path) -> tuple[Path, Path]:
