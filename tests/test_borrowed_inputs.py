@@ -9,6 +9,7 @@ borrowing off (``BORROW_BYTES`` raised above every input).
 from __future__ import annotations
 
 import contextlib
+import tracemalloc
 import warnings
 
 import ml_dtypes
@@ -19,9 +20,11 @@ from hypothesis import strategies as st
 
 import nkisim
 import nkisim.nki as nki
+import nkisim.nki.collectives as ncc
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
 from nkisim.memory import system
+from nkisim.nki.collectives import ReplicaGroup
 
 ROWS, COLS = 1024, 256  # float32: exactly 1 MiB, the smallest size that is borrowed
 
@@ -469,3 +472,67 @@ def test_two_cores_of_which_one_catches_the_signal_and_ends(then: str) -> None:
     out = nkisim.run(nki.jit(kernel)[2], [x, y], target="trn2").outputs
     np.testing.assert_array_equal(out[:128], y[:128])
     np.testing.assert_array_equal(out[128:], x[128:])
+
+
+@nki.jit
+def reduce_rows(x, group):
+    """On each rank: out = the sum of every rank's x (``ncc.all_reduce``), x only read."""
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    ncc.all_reduce(srcs=[src], dsts=[dst], replica_group=group, op=nl.add)
+    return dst
+
+
+@nki.jit
+def reduce_into_input(x, group):
+    """On each rank: x = the sum of every rank's x, in place; out = x. Counts its calls in ``CALLS``."""
+    CALLS.append("reduce_into_input")
+    ncc.all_reduce(srcs=[x], dsts=[x], replica_group=group, op=nl.add)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def _peak_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_ranks_read_their_large_inputs_in_place_and_give_the_copied_run_exactly(no_borrowing) -> None:
+    xs = list(_inputs(11))
+    group = ReplicaGroup([[0, 1]])
+    launch = [[x, group] for x in xs]
+    nkisim.run(reduce_rows, launch, ranks=2, target="trn2")  # warm-up: compiled code and caches
+    borrowed_peak = _peak_bytes(lambda: nkisim.run(reduce_rows, launch, ranks=2, target="trn2"))
+    borrowed = nkisim.run(reduce_rows, launch, ranks=2, target="trn2")
+    for out in borrowed.outputs:
+        np.testing.assert_array_equal(out, xs[0] + xs[1])
+    no_borrowing()
+    copied_peak = _peak_bytes(lambda: nkisim.run(reduce_rows, launch, ranks=2, target="trn2"))
+    copied = nkisim.run(reduce_rows, launch, ranks=2, target="trn2")
+    assert copied.profile.total_ns == borrowed.profile.total_ns
+    np.testing.assert_array_equal(copied.profile.timeline.start_ns, borrowed.profile.timeline.start_ns)
+    inputs = sum(x.nbytes for x in xs)  # 2 MiB: each rank's copy into its HBM, not made when borrowed
+    assert copied_peak - borrowed_peak >= 0.9 * inputs, (copied_peak, borrowed_peak)
+
+
+def test_a_collective_writing_a_ranks_input_starts_the_launch_again_once_then_copies_at_once(no_borrowing) -> None:
+    xs = list(_inputs(12))
+    launch = [[x, ReplicaGroup([[0, 1]])] for x in xs]
+    CALLS.clear()
+    first = nkisim.run(reduce_into_input, launch, ranks=2, target="trn2")
+    for out in first.outputs:
+        np.testing.assert_array_equal(out, xs[0] + xs[1])
+    assert 3 <= len(CALLS) <= 4  # the borrowing launch stopped at the write (one rank or both begun), then two ranks
+    assert not np.array_equal(xs[0], xs[0] + xs[1])  # the callers' arrays as they were
+    CALLS.clear()
+    again = nkisim.run(reduce_into_input, launch, ranks=2, target="trn2")
+    assert len(CALLS) == 2  # known to write its input: copied from the start
+    no_borrowing()
+    copied = nkisim.run(reduce_into_input, launch, ranks=2, target="trn2")
+    assert copied.profile.total_ns == first.profile.total_ns == again.profile.total_ns

@@ -341,8 +341,8 @@ def _simulate(
 
     recorder = current_recorder()
 
-    # large inputs are read in place by a run of one rank that is not recorded, unless the kernel is known to write one
-    borrow = recorder is None and ranks is None and not _writes_inputs(kernel)
+    # large inputs are read in place by a run that is not recorded, unless the kernel is known to write one
+    borrow = recorder is None and not _writes_inputs(kernel)
 
     def attempt(plans: list[TilePlan] | None) -> tuple[list[KernelContext], Any]:
         prints.restart()
@@ -474,8 +474,9 @@ def _simulate_launch(
 ) -> tuple[list[KernelContext], list[Any]]:
     """Ranks of ``cores`` programs each, taking turns (nkisim.sim.multicore); what each rank returned.
 
-    The cores of a rank (``kernel[2]``) share its inputs and its shared HBM; with ``borrow`` (one
-    rank), its large inputs are read in place, as by :func:`_simulate_one`.
+    The cores of a rank (``kernel[2]``) share its inputs and its shared HBM; with ``borrow``, each rank's
+    large inputs are read in place, as by :func:`_simulate_one`, and a write into any of them by any core
+    of any rank starts the whole launch again with copies.
     """
     if cores > 1 and not hw.capabilities.lnc2_collectives:
         raise TargetError(
