@@ -450,6 +450,16 @@ TRIAGE: list[tuple[str, str, str]] = [
         "none in a kernel",
     ),
     (
+        r"test_moe_bwmm_mx_(cte|shard_I)_unit\[.*Timeout \(?>",
+        "timeout",
+        "the suite's generate_stabilized_mx_data (test/integration/nkilib/utils/tensor_generators.py at d2ad3a5) "
+        "draws the MX weights in a Python loop over every 8x4 scaling block before the kernel runs. Sampled with "
+        "py-spy for 120 s in both workers of a trn3 core/moe run (-n 2) while two such tests ran: 2,219 of one "
+        "worker's 2,294 samples were that generator; of the other's 2,257, 822 the generator, 248 the suite's "
+        "golden and about 580 nkisim's MX matmul (nc_matmul_mx, its dequantization, bfloat16 widening and the "
+        "PSUM accumulate)",
+    ),
+    (
         r"Timeout \(?>",
         "timeout",
         "the test exceeded the per-test time limit (--timeout) on a 2-core machine shared with other runs; not a "

@@ -730,3 +730,14 @@ def test_the_kernel_log_unreadable_or_lost_during_a_run_is_unknown_not_zero(monk
     watch.poll()  # the log cannot be read any more: kills may have gone uncounted
     watch.poll()
     assert watch.new is None
+
+
+def test_the_mx_moe_unit_tests_timeouts_name_the_suites_generator_and_the_largest_keeps_its_own_measure():
+    message = "Failed: Timeout (>150.0s) from pytest-timeout."
+    cls = "integration.nkilib.core.moe.moe_bwmm_mx.test_moe_bwmm_mx.TestMx"
+    shard = report.triage({"id": f"{cls}::test_moe_bwmm_mx_shard_I_unit[2-3072-1024-2048-8-256]", "message": message})
+    largest = report.triage({"id": f"{cls}::test_moe_bwmm_mx_cte_unit[2-3072-10240-384-128-256-4]", "message": message})
+    other = report.triage({"id": f"{cls}::test_moe_tkg[1]", "message": message})
+    assert shard[0] == largest[0] == other[0] == "timeout"
+    assert "2,219 of one worker's 2,294 samples" in shard[1] and "15.1 million blocks" in largest[1]
+    assert "generate_stabilized_mx_data" not in other[1]
