@@ -255,7 +255,7 @@ def _fake_suite(
             self.args = cmd
             log = Path(kwargs["env"][PROGRESS_ENV])
             # pytest is given the log's locked descriptor, so that the lock outlives a script stopped alone
-            assert [os.path.samefile(f"/proc/self/fd/{fd}", log) for fd in kwargs["pass_fds"]] == [True]
+            assert [os.path.samestat(os.fstat(fd), os.stat(log)) for fd in kwargs["pass_fds"]] == [True]
             with suite._held(log) as other:
                 assert other is None  # held while pytest runs: --recover leaves it
             self.returncode = fake_run(cmd, **kwargs).returncode
