@@ -96,6 +96,7 @@ def _run(root: Path, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedP
     junit, log = tmp_path / "report.xml", tmp_path / "progress.jsonl"
     write_header(log, {"target": "trn2"})
     env = {**os.environ, PROGRESS_ENV: str(log), "PYTHONPATH": str(BENCHMARKS)}
+    env.pop("PYTEST_XDIST_WORKER", None)  # this suite's own worker's: test_crash reads the inner run's
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "nkilib_outcomes"]
     cmd += [f"--junitxml={junit}", "--continue-on-collection-errors", "integration", *extra]
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
