@@ -69,10 +69,7 @@ from pathlib import Path
 from typing import IO
 
 from nkilib_outcomes import PROGRESS_ENV, parse_junit, parse_progress, write_header
-from nkilib_report import (
-    document,
-    print_summary,
-)
+from nkilib_report import document, print_summary
 from nkilib_select import ONLY_ENV
 from nkilib_triage import CRASH, RUN_ALL_ENV
 from oom_log import OomWatch
@@ -203,7 +200,6 @@ def run_suite(
         "timeout": timeout,
         "again": again,
         "resumed_after": len(done),
-        "pid": os.getpid(),
         "started": time.time(),
     }
     # the log of each test's outcome as it ends, kept should the run stop before pytest writes its report; its lock,
@@ -341,24 +337,16 @@ def merge_run(run: dict, rows: list[dict], stopped: bool, wall: float, logged: d
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``'s lock file (POSIX; elsewhere, runs of one target must not end at once)."""
-    try:
-        import fcntl
-    except ImportError:
+    """Hold an exclusive lock on ``path``'s lock file, waiting for it (POSIX; elsewhere, runs of one target must
+    not end at once)."""
+    with _held(path.with_suffix(".lock"), wait=True):
         yield
-        return
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
-def _held(path: Path) -> Iterator[IO[str] | None]:
-    """Hold an exclusive lock on ``path`` without waiting: yields the open file, or None when another process holds
-    it (POSIX; elsewhere, the file, unlocked).
+def _held(path: Path, wait: bool = False) -> Iterator[IO[str] | None]:
+    """Hold an exclusive lock on ``path``: yields the open file, or (without ``wait``) None when another process
+    holds it (POSIX; elsewhere, the file, unlocked).
 
     The lock is the open file's: a process given its descriptor holds it too, and it goes with the last of them,
     however they end.
@@ -370,7 +358,7 @@ def _held(path: Path) -> Iterator[IO[str] | None]:
             yield handle
             return
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield None
             return

@@ -322,7 +322,7 @@ def _left_behind(results: Path, pid: int, rows: list[tuple[str, str]], started: 
     """The progress log of a run of core/qkv on trn2 whose script was stopped: its header and ``rows``."""
     log = results / f".trn2.{pid}{suite.PROGRESS_SUFFIX}"
     run = {"target": "trn2", "everything": True, "run_all": True, "commit": "abc123", "families": ["core/qkv"]}
-    run.update({"workers": 1, "timeout": 150, "again": [], "resumed_after": 1, "pid": pid, "started": started})
+    run.update({"workers": 1, "timeout": 150, "again": [], "resumed_after": 1, "started": started})
     lines = [json.dumps({"run": run})]
     lines += [json.dumps({"id": i, "tag": tag, "message": "", "seconds": 3.0}) for i, tag in rows]
     log.write_text("\n".join(lines) + "\n")
