@@ -441,6 +441,26 @@ TRIAGE: list[tuple[str, str, str]] = [
         "SBUF held before (finite values give 0). Seen with MXFP4 and MXFP8 weights, 1 and 4 tokens",
     ),
     (
+        r"test_moe_block_kernel_model\[.*_wd-\[\('float(4_e2m1fn|8_e4m3fn)_x4'.*_bi-0_.*"
+        r"InferenceException: 'NoneType' object has no attribute 'dtype'$",
+        "suite",
+        "the kernel's MX selective-expert path needs a gate/up bias and the model configuration gives none (bi-0): "
+        "gate_up_projection_mx_shard_H.py:325 (nki-library commit d2ad3a5), reached from moe_block_tkg.py:316 "
+        "through selective_expert_mx_impl.py:313, allocates the bias tile with dtype=gate_up_bias.dtype and "
+        "gate_up_bias is None; the AttributeError is the kernel's own Python, before its first bias instruction",
+    ),
+    (
+        r"test_moe_bwmm_mx_cte_unit\[2-3072-1024-384-128-256-2-.*-True-None\].*Validation failed for \['output'\]$",
+        "suite",
+        "the same never-written partitions the kernel multiplies by zero on purpose (down_projection_mx_shard_H.py at "
+        "nki-library commit d2ad3a5: when I % 512 != 0 'the final I512 tile of inter_sb will contain garbage'), "
+        "here in the block-sharded MX CTE kernel with I = 384: partitions 96-127 of its up-projection tile "
+        "bfloat16[128, 1024] are never written (nkisim reports it: uninitialized-read at "
+        "bwmm_shard_on_block_mx.py:1206, used by quantize_mx at down_projection_mx_shard_H.py:76), and NaN x 0 "
+        "is NaN. Checked by saving the outputs of the MXFP4 (uint16 weights) case: all 3,145,728 elements of the "
+        "first core's accumulation are NaN; the second's, which the golden holds as zeros, are zeros",
+    ),
+    (
         r"test_moe_bwmm_mx_cte_unit\[2-3072-10240-384-128-.*Timeout \(?>",
         "timeout",
         "the suite's generate_stabilized_mx_data (test/integration/nkilib/utils/tensor_generators.py at "
