@@ -404,7 +404,8 @@ TRIAGE: list[tuple[str, str, str]] = [
         "131,072 differ from the golden by one fp8 step, 1,061 of them by more than the 10% tolerance",
     ),
     (
-        r"test_moe_block_kernel_model\[.*_ae-[01]_.*_rd-bfloat16\]: .*Validation failed for \['out'\]$",
+        # not MX weights (an x4 dtype): the near-ties were measured with bfloat16 and float8 weights
+        r"test_moe_block_kernel_model\[(?!.*_x4')(.*_ae-[01]_.*_rd-bfloat16)\]: .*Validation failed for \['out'\]$",
         "suite",
         "the golden routes each token on the float32 logits of its float32 RMSNorm output; the kernel, with "
         "router_mm_dtype=bfloat16 (these tests' rd-bfloat16), rounds that output to bfloat16 for the router matmul "
@@ -450,7 +451,45 @@ TRIAGE: list[tuple[str, str, str]] = [
         "gate_up_bias is None; the AttributeError is the kernel's own Python, before its first bias instruction",
     ),
     (
-        r"test_moe_bwmm_mx_cte_unit\[2-3072-1024-384-128-256-2-.*-True-None\].*Validation failed for \['output'\]$",
+        r"test_moe_block_kernel_model\[.*_im-360_.*_wd-\[\('float4_e2m1fn_x4'.*MX4 MLP Proj requires I512 tile "
+        r"remainder \(360\) to be divisible by 32",
+        "suite",
+        "a model configuration the kernel rejects: its I = 360 leaves an I512-tile remainder of 360, and "
+        "projection_mx_constants.py:109 (nki-library commit d2ad3a5) kernel_asserts that the remainder be a "
+        "multiple of 32 (_q_width x _q_height) for MXFP4 quantization; the test expects the kernel to run",
+    ),
+    (
+        r"test_moe_block_kernel_model\[MODEL_WIP_OPTIMAL_ln-2_ae-1_.*_hi-3072_ha-2880_im-2880_.*"
+        r"_wd-\[\('float4_e2m1fn_x4'.*Validation failed for \['out'\]$",
+        "suite",
+        "the all-expert MX kernel quantizes partitions it never writes: gate_up_projection_mx.py:285 (nki-library "
+        "commit d2ad3a5) pads the last intermediate tile's partition count to a size quantize_mx takes ('Extra "
+        "zero-padded partitions are harmless: downstream weight is zero-padded') but writes no zeros there. With "
+        "I = 2880 the tile's last 320 intermediate values fill 80 partitions, padded to 96, so partitions 80-95 "
+        "are never written (nkisim reports it: uninitialized-read at gate_up_projection_mx.py:285, and at "
+        "down_projection_mx.py:349 for nc_matmul_mx). They hold NaN in nkisim, as in nki.simulate, and NaN x 0 "
+        "is NaN. Checked by saving the outputs of [ba-4_sq-4_..._le-1]: all 49,152 elements are NaN, where the "
+        "golden is all zeros (no token picks the one local expert). On hardware the result depends on what SBUF "
+        "held before",
+    ),
+    (
+        r"test_moe_block_kernel_model\[MODEL_WIP_OPTIMAL_ln-2_ae-1_.*_hi-(7168|4096)_ha-None_im-(2048|1536)_.*"
+        r"_wd-\[\('float8_e4m3fn_x4'.*Validation failed for \['out'\]$",
+        "suite",
+        "the test's tolerance is below its golden's own MX quantization error: the all-expert MXFP8 kernel "
+        "quantizes the hidden state and the intermediate to MXFP8, and the golden (moe_tkg_torch.py "
+        "_moe_tkg_mx_ref at nki-library commit d2ad3a5) quantizes them too, each with its own rounding, then "
+        "compares the largest difference with 5% of the largest output. Measured on "
+        "[ba-4_sq-4_hi-4096_..._le-1], with the test's MX weights drawn from a fixed seed (it draws them before "
+        "seeding, so each run differs) and the golden run a second time without its activation quantization: "
+        "the golden is 5.1-5.3% RMS per routed token from that unquantized result (largest difference 5.7% of the "
+        "largest output), nkisim 4.5% (4.4%), and the two 4.9-5.2% apart (5.7%). On "
+        "[ba-256_..._hi-7168_..._le-2] both route the same 16 tokens, each 4-6% RMS apart, failing at 5.49%; the "
+        "same configuration with MXFP4 weights passes at 4.64%",
+    ),
+    (
+        r"test_moe_bwmm_mx_cte_unit\[2-3072-(1024-384-128-256-2-.*-True-None|4096-384-2-256-2-.*-False-2)\]"
+        r".*Validation failed for \['output'\]$",
         "suite",
         "the same never-written partitions the kernel multiplies by zero on purpose (down_projection_mx_shard_H.py at "
         "nki-library commit d2ad3a5: when I % 512 != 0 'the final I512 tile of inter_sb will contain garbage'), "
@@ -458,7 +497,8 @@ TRIAGE: list[tuple[str, str, str]] = [
         "bfloat16[128, 1024] are never written (nkisim reports it: uninitialized-read at "
         "bwmm_shard_on_block_mx.py:1206, used by quantize_mx at down_projection_mx_shard_H.py:76), and NaN x 0 "
         "is NaN. Checked by saving the outputs of the MXFP4 (uint16 weights) case: all 3,145,728 elements of the "
-        "first core's accumulation are NaN; the second's, which the golden holds as zeros, are zeros",
+        "first core's accumulation are NaN; the second's, which the golden holds as zeros, are zeros; and of the "
+        "4,096-token case with two static blocks: all 12,582,912 of the first core's are NaN, the second's zeros",
     ),
     (
         r"test_moe_bwmm_mx_cte_unit\[2-3072-10240-384-128-.*Timeout \(?>",
