@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ import nkisim
 import nkisim.nki as nki
 import nkisim.nki.isa as nisa
 import nkisim.nki.language as nl
-from nkisim.errors import CapacityError
+from nkisim.errors import CapacityError, TargetError
 from nkisim.hw import load_target
 
 TARGETS = ["trn1", "trn2", "trn3"]
@@ -89,3 +91,42 @@ def test_a_kernel_that_allocates_differently_each_run_keeps_the_eager_error():
     with pytest.raises(CapacityError, match="SBUF is full"):
         nkisim.run(kernel, [], target="trn1")
     assert len(runs) == 3  # eager, recording, planned
+
+
+def _six_quarter_tiles_then(last_step):
+    """A kernel that fits only with compiler liveness (six quarter-SBUF tiles kept in a list), then ``last_step``."""
+    cols = _quarter_sbuf_floats("trn1")
+
+    def kernel():
+        tiles = []
+        for i in range(6):
+            t = nl.ndarray((128, cols), nl.float32, buffer=nl.sbuf)
+            tiles.append(t)
+            nisa.memset(dst=t, value=float(i + 1))
+        last_step(tiles)
+
+    return kernel
+
+
+def test_an_error_the_kernel_reaches_after_the_eager_run_stopped_is_the_one_raised():
+    """NKI traces the whole kernel before it allocates: its refusal of the instruction is what it reports."""
+
+    def scalar_copy(tiles):
+        small = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=small, src=tiles[0][:, :64], engine=nisa.scalar_engine)  # refused on trn1
+
+    with pytest.raises(TargetError) as info:
+        nkisim.run(_six_quarter_tiles_then(scalar_copy), [], target="trn1")
+    message = str(info.value)
+    assert re.search(r"test_liveness\.py:\d+: nisa\.tensor_copy \[Scalar, trn1\]: .*needs NeuronCore-v3", message)
+    (note,) = info.value.__notes__
+    assert "tiles freed after their last use" in note
+    assert re.search(r"a first run had stopped earlier at .*test_liveness\.py:\d+: SBUF is full: cannot allocate", note)
+
+
+def test_a_kernel_assert_after_the_eager_run_stopped_is_raised_as_the_kernel_raised_it():
+    def check(tiles):
+        assert len(tiles) < 6, "the kernel's own limit"
+
+    with pytest.raises(AssertionError, match="the kernel's own limit"):
+        nkisim.run(_six_quarter_tiles_then(check), [], target="trn1")

@@ -248,18 +248,27 @@ def test_a_compiled_spilling_kernel_replays_as_it_runs(x: np.ndarray, spilled: n
 
 
 def test_a_host_memory_error_in_the_liveness_retry_is_raised_not_the_first_runs_capacity_error():
-    """The retry records tile lifetimes; if the host runs out of memory there, that is what stopped the run."""
+    """The retry records tile lifetimes; if the host runs out of memory there, that is what stopped the run; a
+    collision of placed tiles there leaves the first run's error; an error of the kernel's own is raised."""
     from nkisim.errors import CapacityError
     from nkisim.frontend.jit import _with_compiler_liveness
 
     def recording_run_runs_out_of_host_memory(plans):
         raise MemoryError("Unable to allocate 4.00 GiB")
 
-    def recording_run_fails_otherwise(plans):
-        raise ValueError("something else")
+    def recording_run_places_tiles_over_each_other(plans):
+        raise CapacityError("SBUF tile placed at (0, 0) overlaps a live tile")
 
-    eager = CapacityError("SBUF is full: cannot allocate 65536 bytes per partition")
+    def recording_run_reaches_a_kernel_error(plans):
+        raise ValueError("the kernel's own error")
+
+    eager = CapacityError("SBUF is full: cannot allocate 65536 bytes per partition. More")
     with pytest.raises(MemoryError, match=r"4\.00 GiB"):
         _with_compiler_liveness(recording_run_runs_out_of_host_memory, 1, eager)
-    with pytest.raises(CapacityError, match="SBUF is full"):
-        _with_compiler_liveness(recording_run_fails_otherwise, 1, eager)
+    with pytest.raises(CapacityError, match="SBUF is full"):  # recording has room for automatic tiles only
+        _with_compiler_liveness(recording_run_places_tiles_over_each_other, 1, eager)
+    with pytest.raises(ValueError, match="the kernel's own error") as info:  # what NKI's whole trace would report
+        _with_compiler_liveness(recording_run_reaches_a_kernel_error, 1, eager)
+    (note,) = info.value.__notes__
+    assert "a first run had stopped earlier at " in note
+    assert note.endswith("SBUF is full: cannot allocate 65536 bytes per partition")  # its first sentence

@@ -394,15 +394,23 @@ def _with_compiler_liveness(
     A recording run learns each tile's lifetime; the third run allocates by it and, with
     ``spill``, spills the automatic SBUF tiles that still do not fit. If the kernel then still
     does not fit, that run's error is raised (the eager run's without ``spill``); if it behaves
-    differently between runs, the eager run's error stands.
+    differently between runs, the eager run's error stands. If the recording run, which has room
+    for every automatic tile, stops at an error of the kernel's own further on (an assert, an
+    instruction the target refuses), that error is raised: NKI traces the whole kernel before it
+    allocates memory, so a kernel author sees that error, not a full memory.
     """
     plans = [TilePlan(recording=True, spill=spill) for _ in range(programs)]
     try:
         attempt(plans)
-    except MemoryError:  # the host ran out of memory: that, not the eager run's error, stopped the run
-        raise
-    except Exception:  # the recording run failed in some other way: the eager run's error is the one to show
+    except CapacityError:  # while recording only explicit placements can collide: the eager error names the memory
         raise eager_error from None
+    except Exception as kernel_error:
+        first = str(eager_error).splitlines()[0].split(". ")[0]  # where, and what did not fit
+        kernel_error.add_note(
+            f"nkisim: found when the kernel ran again with tiles freed after their last use, as the compiler "
+            f"allocates them; a first run had stopped earlier at {first}"
+        )
+        raise
     for plan in plans:
         plan.recording = False
     try:
