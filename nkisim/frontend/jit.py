@@ -410,6 +410,7 @@ def _with_compiler_liveness(
             f"nkisim: found when the kernel ran again with tiles freed after their last use, as the compiler "
             f"allocates them; a first run had stopped earlier at {first}"
         )
+        kernel_error.__suppress_context__ = True  # the note names the first run's error; no second traceback
         raise
     for plan in plans:
         plan.recording = False
