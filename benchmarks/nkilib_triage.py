@@ -253,14 +253,6 @@ TRIAGE: list[tuple[str, str, str]] = [
         "5e-3; the failing rows are off by up to 0.98), i.e. rows 252-255 of every 256",
     ),
     (
-        r"sbuf\d* bfloat16\[64, 65535\]",
-        "suite",
-        "the configuration breaks the kernel's own documented limit: test_cross_entropy_backward.py states that "
-        "tensor_tensor's two chunk buffers need 2 x CS x dtype bytes <= 229,376 per partition (bf16: CS <= 57,344, "
-        "'use 32768'), and this case runs CS = 65535 in bf16, 262,140 bytes per partition; nkisim's allocator is "
-        "not at fault",
-    ),
-    (
         r"(PSUM|SBUF) is full",
         "unmodelled",
         "these kernels do not fit even after nkisim's compiler-style liveness retry (tiles freed after their last "
