@@ -263,8 +263,9 @@ def test_a_host_memory_error_in_the_liveness_retry_is_raised_not_the_first_runs_
         raise ValueError("the kernel's own error")
 
     eager = CapacityError("SBUF is full: cannot allocate 65536 bytes per partition. More")
-    with pytest.raises(MemoryError, match=r"4\.00 GiB"):
+    with pytest.raises(MemoryError, match=r"4\.00 GiB") as host:
         _with_compiler_liveness(recording_run_runs_out_of_host_memory, 1, eager)
+    assert not getattr(host.value, "__notes__", None)  # the host's memory, not an error of the kernel's own
     with pytest.raises(CapacityError, match="SBUF is full"):  # recording has room for automatic tiles only
         _with_compiler_liveness(recording_run_places_tiles_over_each_other, 1, eager)
     with pytest.raises(ValueError, match="the kernel's own error") as info:  # what NKI's whole trace would report

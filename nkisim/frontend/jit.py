@@ -404,6 +404,8 @@ def _with_compiler_liveness(
         attempt(plans)
     except CapacityError:  # while recording only explicit placements can collide: the eager error names the memory
         raise eager_error from None
+    except MemoryError:  # the host ran out of memory (CapacityError is one too, above): that stopped the run
+        raise
     except Exception as kernel_error:
         first = str(eager_error).splitlines()[0].split(". ")[0]  # where, and what did not fit
         kernel_error.add_note(
